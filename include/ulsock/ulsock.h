@@ -1,0 +1,21 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ulsock: a user-level sockets layer. Programs do not link against it: it is loaded with
+ * LD_PRELOAD by `ulsock run`. This header only names the version and the environment
+ * variables, for tools that want to set them.
+ */
+#ifndef ULSOCK_ULSOCK_H
+#define ULSOCK_ULSOCK_H
+
+#define ULSOCK_VERSION_MAJOR 0
+#define ULSOCK_VERSION_MINOR 1
+
+#define ULSOCK_ENV_PROFILE "ULSOCK_PROFILE"
+#define ULSOCK_ENV_LOG "ULSOCK_LOG"
+#define ULSOCK_ENV_LOG_FILE "ULSOCK_LOG_FILE"
+#define ULSOCK_ENV_RING_SIZE "ULSOCK_RING_SIZE"
+#define ULSOCK_ENV_SPIN_US "ULSOCK_SPIN_US"
+#define ULSOCK_ENV_DISABLE "ULSOCK_DISABLE"
+#define ULSOCK_ENV_TRUST_UIDS "ULSOCK_TRUST_UIDS"
+
+#endif

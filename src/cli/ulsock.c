@@ -1,0 +1,235 @@
+/* SPDX-License-Identifier: MIT */
+/* The ulsock command: run a program under the library, list live connections. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../core/config.h"
+#include "../core/stat.h"
+#include "ulsock/ulsock.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: ulsock run [--profile latency|balanced|efficient] -- PROGRAM [ARGS...]\n"
+		"       ulsock stat [--json]\n"
+		"       ulsock --help | --version\n"
+		"\n"
+		"run   replaces itself with PROGRAM, with libulsock preloaded: TCP connections\n"
+		"      between two ulsock processes on this host use shared memory, all others\n"
+		"      the kernel. Profiles set how long a waiting call spins before it sleeps.\n"
+		"stat  lists the live TCP connections of this user's ulsock processes, their\n"
+		"      path (shm or kernel) and, for kernel ones, why.\n"
+		"\n"
+		"Environment: ULSOCK_PROFILE, ULSOCK_LOG, ULSOCK_LOG_FILE, ULSOCK_RING_SIZE,\n"
+		"ULSOCK_SPIN_US, ULSOCK_DISABLE, ULSOCK_TRUST_UIDS (see README.md).\n");
+}
+
+/* The library sits in ../lib next to the directory of this executable. */
+static int library_path(char *out, size_t len)
+{
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	const char *env = getenv("ULSOCK_LIBRARY");
+
+	if (env && *env) {
+		snprintf(out, len, "%s", env);
+		return access(out, R_OK);
+	}
+	if (n < 0)
+		return -1;
+	exe[n] = '\0';
+	snprintf(out, len, "%s/../lib/libulsock.so", dirname(exe));
+	if (access(out, R_OK) == 0) {
+		char real[PATH_MAX];
+		if (realpath(out, real))
+			snprintf(out, len, "%s", real);
+		return 0;
+	}
+	return -1;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"profile", required_argument, NULL, 'p'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	enum uls_profile p;
+	char lib[PATH_MAX], *preload;
+	const char *old;
+	int c;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "+p:h", opts, NULL)) != -1) {
+		if (c == 'p') {
+			if (uls_profile_parse(optarg, &p) < 0) {
+				fprintf(stderr, "ulsock: unknown profile '%s'\n", optarg);
+				return 2;
+			}
+			setenv(ULSOCK_ENV_PROFILE, optarg, 1);
+		} else if (c == 'h') {
+			usage(stdout);
+			return 0;
+		} else {
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind >= argc) {
+		fprintf(stderr, "ulsock run: no program given\n");
+		return 2;
+	}
+	if (library_path(lib, sizeof(lib)) < 0) {
+		fprintf(stderr, "ulsock: cannot find libulsock.so next to this command\n");
+		return 1;
+	}
+	old = getenv("LD_PRELOAD");
+	if (old && *old) {
+		if (asprintf(&preload, "%s:%s", lib, old) < 0)
+			return 1;
+	} else {
+		preload = lib;
+	}
+	setenv("LD_PRELOAD", preload, 1);
+	execvp(argv[optind], argv + optind);
+	fprintf(stderr, "ulsock run: cannot run %s: %s\n", argv[optind], strerror(errno));
+	return errno == ENOENT ? 127 : 126;
+}
+
+static const char *const path_names[] = {"pending", "shm", "kernel"};
+
+static void json_str(const char *s)
+{
+	putchar('"');
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			printf("\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			printf("\\u%04x", *s);
+		else
+			putchar(*s);
+	}
+	putchar('"');
+}
+
+static void print_rec(const struct uls_stat_rec *r, uint32_t pid, int json, int *first)
+{
+	uint32_t path = atomic_load(&r->path);
+	char local[49], peer[49], reason[97];
+
+	/* Another process writes these: copy with a terminator, check the path. */
+	snprintf(local, sizeof(local), "%.48s", r->local);
+	snprintf(peer, sizeof(peer), "%.48s", r->peer);
+	snprintf(reason, sizeof(reason), "%.96s", r->reason);
+	if (path > 2)
+		path = 2;
+	if (json) {
+		printf("%s\n  {\"pid\": %u, \"fd\": %d, \"role\": \"%s\", \"local\": ", *first ? "" : ",",
+		       pid, r->fd, r->role ? "server" : "client");
+		json_str(local);
+		printf(", \"peer\": ");
+		json_str(peer);
+		printf(", \"path\": \"%s\", \"tx_bytes\": %llu, \"rx_bytes\": %llu, \"reason\": ",
+		       path_names[path], (unsigned long long)atomic_load(&r->tx_bytes),
+		       (unsigned long long)atomic_load(&r->rx_bytes));
+		json_str(path == 1 ? "" : reason);
+		printf("}");
+	} else {
+		printf("%-7u %-5d %-6s %-24s %-24s %-7s %12llu %12llu %s\n", pid, r->fd,
+		       r->role ? "server" : "client", local, peer, path_names[path],
+		       (unsigned long long)atomic_load(&r->tx_bytes),
+		       (unsigned long long)atomic_load(&r->rx_bytes), path == 1 ? "" : reason);
+	}
+	*first = 0;
+}
+
+static void stat_file(const char *path, int json, int *first)
+{
+	struct uls_stat_file *f;
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	if (fstat(fd, &st) < 0 || st.st_uid != getuid() ||
+	    st.st_size != (off_t)sizeof(struct uls_stat_file)) {
+		close(fd);
+		return;
+	}
+	f = mmap(NULL, sizeof(*f), PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (f == MAP_FAILED)
+		return;
+	if (f->magic == ULS_STAT_MAGIC) {
+		if (kill((pid_t)f->pid, 0) < 0 && errno == ESRCH) {
+			unlink(path); /* the process died without cleaning up */
+		} else {
+			for (int i = 0; i < ULS_STAT_SLOTS; i++)
+				if (atomic_load(&f->rec[i].used))
+					print_rec(&f->rec[i], f->pid, json, first);
+		}
+	}
+	munmap(f, sizeof(*f));
+}
+
+static int cmd_stat(int argc, char **argv)
+{
+	int json = argc > 1 && strcmp(argv[1], "--json") == 0, first = 1;
+	char prefix[64], path[512];
+	struct dirent *de;
+	DIR *d = opendir("/dev/shm");
+
+	snprintf(prefix, sizeof(prefix), "ulsock-stat.%u.", (unsigned)getuid());
+	if (json)
+		printf("[");
+	else
+		printf("%-7s %-5s %-6s %-24s %-24s %-7s %12s %12s %s\n", "PID", "FD", "ROLE",
+		       "LOCAL", "PEER", "PATH", "TX", "RX", "REASON");
+	while (d && (de = readdir(d)) != NULL) {
+		if (strncmp(de->d_name, prefix, strlen(prefix)) != 0)
+			continue;
+		snprintf(path, sizeof(path), "/dev/shm/%s", de->d_name);
+		stat_file(path, json, &first);
+	}
+	if (d)
+		closedir(d);
+	if (json)
+		printf("%s]\n", first ? "" : "\n");
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+	    strcmp(argv[1], "help") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	if (strcmp(argv[1], "--version") == 0) {
+		printf("ulsock %s\n", ULS_VERSION);
+		return 0;
+	}
+	if (strcmp(argv[1], "run") == 0)
+		return cmd_run(argc - 1, argv + 1);
+	if (strcmp(argv[1], "stat") == 0)
+		return cmd_stat(argc - 1, argv + 1);
+	fprintf(stderr, "ulsock: unknown command '%s'\n", argv[1]);
+	usage(stderr);
+	return 2;
+}

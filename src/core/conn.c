@@ -1,0 +1,353 @@
+/* SPDX-License-Identifier: MIT */
+/* Connection lifecycle: set-up on either side, adoption, path decisions, close, fork. */
+#include "conn.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "handshake.h"
+#include "log.h"
+#include "../preload/libc.h"
+
+static pthread_mutex_t list_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct uls_conn *conn_list;
+
+struct uls_conn *uls_conn_alloc(void)
+{
+	struct uls_conn *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	pthread_mutex_init(&c->mu, NULL);
+	c->refs = 1;
+	c->stat = uls_stat_slot();
+	pthread_mutex_lock(&list_mu);
+	c->next = conn_list;
+	conn_list = c;
+	pthread_mutex_unlock(&list_mu);
+	return c;
+}
+
+static void conn_unlist(struct uls_conn *c)
+{
+	pthread_mutex_lock(&list_mu);
+	for (struct uls_conn **p = &conn_list; *p; p = &(*p)->next) {
+		if (*p == c) {
+			*p = c->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&list_mu);
+}
+
+/* Accepts NULL and half-built conns. */
+static void conn_destroy(struct uls_conn *c)
+{
+	if (!c)
+		return;
+	conn_unlist(c);
+	uls_stat_release(c->stat);
+	uls_seg_unmap(&c->seg);
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+}
+
+void uls_conn_get(struct uls_conn *c)
+{
+	pthread_mutex_lock(&c->mu);
+	c->refs++;
+	pthread_mutex_unlock(&c->mu);
+}
+
+static void bind_role(struct uls_conn *c, int role)
+{
+	c->role = role;
+	c->me = &c->seg.hdr->side[role];
+	c->peer = &c->seg.hdr->side[!role];
+	c->tx = &c->seg.ring[role == ULS_CLIENT ? ULS_C2S : ULS_S2C];
+	c->rx = &c->seg.ring[role == ULS_CLIENT ? ULS_S2C : ULS_C2S];
+	atomic_store_explicit(&c->me->pid, (uint32_t)getpid(), memory_order_relaxed);
+}
+
+static void fill_names(struct uls_conn *c, int fd)
+{
+	socklen_t len = sizeof(c->local_sa);
+
+	if (getsockname(fd, (struct sockaddr *)&c->local_sa, &len) == 0)
+		uls_addr_str((struct sockaddr *)&c->local_sa, c->local, sizeof(c->local));
+	len = sizeof(c->peer_sa);
+	if (c->peer_sa.ss_family == 0 &&
+	    getpeername(fd, (struct sockaddr *)&c->peer_sa, &len) < 0)
+		c->peer_sa.ss_family = 0;
+	if (c->peer_sa.ss_family)
+		uls_addr_str((struct sockaddr *)&c->peer_sa, c->peername, sizeof(c->peername));
+	if (c->stat) {
+		c->stat->fd = fd;
+		c->stat->role = (uint32_t)c->role;
+		snprintf(c->stat->local, sizeof(c->stat->local), "%.47s", c->local);
+		snprintf(c->stat->peer, sizeof(c->stat->peer), "%.47s", c->peername);
+	}
+}
+
+void uls_conn_log_path(struct uls_conn *c, int fd)
+{
+	int path = atomic_load(&c->path);
+
+	pthread_mutex_lock(&c->mu);
+	if (c->logged || path == ULS_PATH_PENDING) {
+		pthread_mutex_unlock(&c->mu);
+		return;
+	}
+	c->logged = 1;
+	pthread_mutex_unlock(&c->mu);
+	if (c->stat) {
+		snprintf(c->stat->reason, sizeof(c->stat->reason), "%.95s", c->reason);
+		atomic_store(&c->stat->path, (uint32_t)path);
+	}
+	if (path == ULS_PATH_SHM)
+		uls_info("fd=%d %s -> %s path=shm", fd, c->local, c->peername);
+	else
+		uls_info("fd=%d %s -> %s path=kernel reason=%s", fd, c->local, c->peername,
+			 c->reason);
+}
+
+void uls_conn_set_kernel(struct uls_conn *c, int fd, const char *reason)
+{
+	pthread_mutex_lock(&c->mu);
+	if (atomic_load(&c->path) != ULS_PATH_KERNEL) {
+		snprintf(c->reason, sizeof(c->reason), "%s", reason);
+		atomic_store(&c->path, ULS_PATH_KERNEL);
+	}
+	pthread_mutex_unlock(&c->mu);
+	/* A client whose peer will never attach has no use for its segment's name. */
+	if (c->role == ULS_CLIENT && c->seg.hdr)
+		uls_seg_unlink(c->seg.ino);
+	uls_conn_log_path(c, fd);
+}
+
+struct uls_conn *uls_conn_connect_prepare(int fd, const struct sockaddr *dst, uint64_t c2s,
+					  uint64_t s2c, char *reason, size_t rlen)
+{
+	struct uls_conn *c;
+	struct stat st;
+	int err;
+
+	if (uls_cfg.disabled) {
+		snprintf(reason, rlen, "disabled by ULSOCK_DISABLE");
+		return NULL;
+	}
+	if (!uls_addr_is_local(dst)) {
+		snprintf(reason, rlen, "peer address is not on this host");
+		return NULL;
+	}
+	if (fstat(fd, &st) < 0) {
+		snprintf(reason, rlen, "fstat failed: %s", strerror(errno));
+		return NULL;
+	}
+	c = uls_conn_alloc();
+	if (!c) {
+		snprintf(reason, rlen, "out of memory");
+		return NULL;
+	}
+	err = uls_seg_create(&c->seg, st.st_ino, uls_sock_cookie(fd), c2s, s2c);
+	if (err < 0) {
+		snprintf(reason, rlen, "cannot create segment: %s", strerror(-err));
+		conn_destroy(c);
+		return NULL;
+	}
+	bind_role(c, ULS_CLIENT);
+	atomic_store(&c->me->cookie, c->seg.hdr->id.client_cookie);
+	memcpy(&c->peer_sa, dst, dst->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+							   : sizeof(struct sockaddr_in));
+	c->path = ULS_PATH_PENDING;
+	return c;
+}
+
+void uls_conn_connect_done(struct uls_conn *c, int fd, int err)
+{
+	if (err && err != EINPROGRESS) {
+		uls_seg_unlink(c->seg.ino);
+		conn_destroy(c);
+		return;
+	}
+	fill_names(c, fd);
+}
+
+/* Decides the path of an accepted socket; returns NULL on success, or the reason. */
+static const char *server_attach(struct uls_conn *c, int fd, char *why, size_t wlen)
+{
+	const struct sockaddr *self = (struct sockaddr *)&c->local_sa;
+	const struct sockaddr *peer = (struct sockaddr *)&c->peer_sa;
+	struct uls_sockid id;
+	int err;
+
+	if (uls_cfg.disabled)
+		return "disabled by ULSOCK_DISABLE";
+	if (!peer->sa_family || !uls_addr_is_local(peer))
+		return "peer address is not on this host";
+	err = uls_diag_lookup(peer, self, &id);
+	if (err == -ENOENT)
+		return "peer socket not in this network namespace";
+	if (err < 0) {
+		snprintf(why, wlen, "sock_diag lookup failed: %s", strerror(-err));
+		return why;
+	}
+	if (!uls_config_uid_trusted(id.uid)) {
+		snprintf(why, wlen, "peer uid %u is another user (see ULSOCK_TRUST_UIDS)",
+			 (unsigned)id.uid);
+		return why;
+	}
+	err = uls_seg_open(&c->seg, id.ino, id.cookie);
+	if (err == -ENOENT)
+		return "peer does not run ulsock";
+	if (err < 0) {
+		snprintf(why, wlen, "peer segment rejected: %s", strerror(-err));
+		return why;
+	}
+	bind_role(c, ULS_SERVER);
+	atomic_store(&c->me->cookie, uls_sock_cookie(fd));
+	/* Release: a client that sees ATTACHED sees the cookie, and every later ring write. */
+	atomic_fetch_or_explicit(&c->me->state, ULS_SIDE_ATTACHED, memory_order_seq_cst);
+	atomic_store(&c->path, ULS_PATH_SHM);
+	return NULL;
+}
+
+struct uls_conn *uls_conn_accept(int fd)
+{
+	struct uls_conn *c = uls_conn_alloc();
+	const char *reason;
+	char why[96];
+
+	if (!c)
+		return NULL;
+	c->role = ULS_SERVER;
+	fill_names(c, fd);
+	reason = server_attach(c, fd, why, sizeof(why));
+	if (reason)
+		uls_conn_set_kernel(c, fd, reason);
+	else
+		uls_conn_log_path(c, fd);
+	return c;
+}
+
+struct uls_conn *uls_conn_adopt(int fd)
+{
+	struct uls_conn *c;
+	struct uls_sockid id;
+	struct stat st;
+	uint64_t cookie = uls_sock_cookie(fd);
+
+	if (fstat(fd, &st) < 0)
+		return NULL;
+	c = uls_conn_alloc();
+	if (!c)
+		return NULL;
+	fill_names(c, fd);
+	if (uls_cfg.disabled)
+		goto plain;
+	/* Our own socket's inode names the segment if we are the client. */
+	if (uls_seg_open(&c->seg, st.st_ino, cookie) == 0) {
+		bind_role(c, ULS_CLIENT);
+		c->path = (atomic_load(&c->peer->state) & ULS_SIDE_ATTACHED) ? ULS_PATH_SHM
+									      : ULS_PATH_PENDING;
+		uls_dbg("fd=%d adopted as client", fd);
+		return c;
+	}
+	if (uls_diag_lookup((struct sockaddr *)&c->peer_sa, (struct sockaddr *)&c->local_sa,
+			    &id) == 0 &&
+	    uls_seg_open(&c->seg, id.ino, id.cookie) == 0) {
+		struct uls_side *srv = &c->seg.hdr->side[ULS_SERVER];
+		if ((atomic_load(&srv->state) & ULS_SIDE_ATTACHED) &&
+		    atomic_load(&srv->cookie) == cookie) {
+			bind_role(c, ULS_SERVER);
+			c->path = ULS_PATH_SHM;
+			uls_dbg("fd=%d adopted as server", fd);
+			return c;
+		}
+		uls_seg_unmap(&c->seg);
+	}
+plain:
+	c->role = ULS_SERVER;
+	uls_conn_set_kernel(c, fd, "socket reached this process without ulsock state");
+	return c;
+}
+
+/* After the real close: is the socket still open in any process? */
+static int socket_gone(struct uls_conn *c)
+{
+	struct uls_sockid id;
+	int err = uls_diag_lookup((struct sockaddr *)&c->local_sa, (struct sockaddr *)&c->peer_sa,
+				  &id);
+
+	return err == -ENOENT || (err == 0 && id.ino == 0);
+}
+
+static int pid_gone(uint32_t pid)
+{
+	return pid != 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+}
+
+/* The last holder of the socket went away: tell the peer and maybe remove the name. */
+static void conn_release_shared(struct uls_conn *c)
+{
+	uint32_t peer_state;
+
+	atomic_store(&c->tx->sh->prod.eof, 1);
+	atomic_store(&c->rx->sh->cons.closed, 1);
+	atomic_fetch_or_explicit(&c->me->state, ULS_SIDE_CLOSED, memory_order_seq_cst);
+	peer_state = atomic_load_explicit(&c->peer->state, memory_order_seq_cst);
+	/* Both sides set CLOSED before looking at the other's: at least one sees both. */
+	if ((peer_state & ULS_SIDE_CLOSED) || pid_gone(atomic_load(&c->peer->pid)) ||
+	    (c->role == ULS_CLIENT && !(peer_state & ULS_SIDE_ATTACHED)))
+		uls_seg_unlink(c->seg.ino);
+}
+
+int uls_conn_close(struct uls_conn *c, int fd, int do_close)
+{
+	int last, rc = 0, err = 0;
+
+	pthread_mutex_lock(&c->mu);
+	last = --c->refs == 0;
+	pthread_mutex_unlock(&c->mu);
+	if (!last)
+		return do_close ? uls_libc.close(fd) : 0;
+	if (c->seg.hdr && atomic_load(&c->path) != ULS_PATH_KERNEL)
+		uls_conn_drain(c, fd);
+	if (atomic_load(&c->path) == ULS_PATH_PENDING && c->role == ULS_CLIENT)
+		uls_conn_set_kernel(c, fd, "peer never attached (not running ulsock?)");
+	if (do_close) {
+		rc = uls_libc.close(fd);
+		err = errno;
+		/* Other processes may hold the socket (fork, SCM_RIGHTS): ask the kernel. */
+		if (c->seg.hdr && socket_gone(c))
+			conn_release_shared(c);
+	}
+	conn_destroy(c);
+	errno = err;
+	return rc;
+}
+
+void uls_conn_atfork_child(void)
+{
+	void *parent_stats = uls_stat_atfork_child();
+
+	/* Only this thread exists in the child: the list needs no lock, mutexes a reset. */
+	pthread_mutex_init(&list_mu, NULL);
+	for (struct uls_conn *c = conn_list; c; c = c->next) {
+		struct uls_stat_rec *old = c->stat;
+		pthread_mutex_init(&c->mu, NULL);
+		c->stat = uls_stat_slot();
+		if (c->stat && old) {
+			memcpy((char *)c->stat + sizeof(old->used), (char *)old + sizeof(old->used),
+			       sizeof(*old) - sizeof(old->used));
+		}
+	}
+	uls_stat_unmap(parent_stats);
+}

@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A TCP connection as one process of one side sees it. The kernel socket stays the
+ * program's descriptor; the conn adds the segment mapping and the per-process state.
+ * All cross-process state lives in the segment (struct uls_side), so a process that
+ * inherits the socket by fork, exec or SCM_RIGHTS finds the same connection.
+ *
+ * Directions: the server sends on the ring from the moment it attaches. The client sends
+ * on TCP until it sees the server attached, then records how many data bytes it sent on
+ * TCP (switch_pos) and uses the ring; after that point its TCP bytes are wake-ups only.
+ */
+#ifndef ULS_CONN_H
+#define ULS_CONN_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "../transport/shm/segment.h"
+#include "stat.h"
+
+enum uls_path { ULS_PATH_PENDING, ULS_PATH_SHM, ULS_PATH_KERNEL };
+
+struct uls_conn {
+	pthread_mutex_t mu; /* process-local fields: refs, path, logged */
+	int refs;           /* descriptors of this process that name the socket */
+	int role;           /* ULS_CLIENT or ULS_SERVER */
+	_Atomic int path;
+	_Atomic int nonblock;
+	_Atomic int peer_gone; /* the TCP stream from the peer ended (FIN or RST) */
+	_Atomic int peer_err;  /* errno to report once the ring is drained, or 0 */
+	_Atomic int broken;    /* the peer broke the protocol: ECONNRESET from now on */
+	_Atomic int shut_rd, shut_wr;
+	uint64_t rcvtimeo_ns, sndtimeo_ns; /* 0: none */
+	struct uls_seg seg;
+	struct uls_ring *tx, *rx;
+	struct uls_side *me, *peer;
+	struct sockaddr_storage local_sa, peer_sa;
+	char local[64], peername[64];
+	char reason[96];
+	int logged;
+	struct uls_stat_rec *stat;
+	struct uls_conn *next; /* process-wide list */
+};
+
+/* Process-wide list of conns, for fork bookkeeping. */
+struct uls_conn *uls_conn_alloc(void);
+void uls_conn_get(struct uls_conn *c);
+/*
+ * Drops one descriptor's reference and closes fd when do_close (dup2 onto a conn fd lets
+ * the kernel close it). The last reference in this process releases the conn; when no
+ * process holds the socket any more, the peer is told and the segment's name removed.
+ * Returns what close() returned, with errno.
+ */
+int uls_conn_close(struct uls_conn *c, int fd, int do_close);
+
+/* connect(): creates the segment before the real connect. Returns a conn or NULL (plain). */
+struct uls_conn *uls_conn_connect_prepare(int fd, const struct sockaddr *dst, uint64_t c2s,
+					  uint64_t s2c, char *reason, size_t rlen);
+void uls_conn_connect_done(struct uls_conn *c, int fd, int err);
+/* accept(): decides the path of an accepted socket; always returns a conn (maybe kernel). */
+struct uls_conn *uls_conn_accept(int fd);
+/* A socket this process did not create or accept (exec, SCM_RIGHTS): finds its segment. */
+struct uls_conn *uls_conn_adopt(int fd);
+
+void uls_conn_set_kernel(struct uls_conn *c, int fd, const char *reason);
+void uls_conn_log_path(struct uls_conn *c, int fd);
+
+/* Data path: return bytes, 0 at EOF, or -errno. */
+ssize_t uls_conn_send(struct uls_conn *c, int fd, const struct iovec *iov, int iovcnt,
+		      int flags);
+ssize_t uls_conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags);
+int uls_conn_shutdown(struct uls_conn *c, int fd, int how);
+
+/* Readiness for poll and epoll. */
+#define ULS_KERNEL_RX 0x1 /* receive readiness is the kernel's (TCP data before the switch) */
+#define ULS_KERNEL_TX 0x2 /* send readiness is the kernel's (client still on TCP) */
+/* Which readiness the kernel decides for this conn right now (ULS_KERNEL_*). */
+int uls_conn_kernel_parts(struct uls_conn *c);
+/* User-space readiness (POLLIN, POLLOUT, POLLRDHUP, POLLHUP, POLLERR) of the ring parts. */
+int uls_conn_ready(struct uls_conn *c, int events);
+/* Asks the peer for a wake-up byte when the ring parts named in events change. */
+void uls_conn_arm(struct uls_conn *c, int events);
+/* Consumes wake-up bytes after the kernel reported the socket readable. */
+void uls_conn_drain(struct uls_conn *c, int fd);
+/* For edge-triggered epoll: a number that changes when the readiness may have changed. */
+uint64_t uls_conn_gen(struct uls_conn *c, int events);
+/* FIONREAD and SIOCOUTQ on the ring parts. */
+int uls_conn_inq(struct uls_conn *c, int fd, int *out);
+int uls_conn_outq(struct uls_conn *c, int *out);
+
+/* After fork, in the child: one more process holds each conn. */
+void uls_conn_atfork_child(void);
+
+#endif

@@ -1,0 +1,657 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The data path of an accelerated connection: send and receive on the rings, the TCP
+ * bytes before the client's switch, wake-up bytes, waiting, shutdown and readiness.
+ *
+ * Wake-ups follow one rule on both rings (a Dekker pair): the side that wants to sleep
+ * stores its want_* flag, issues a full fence and checks the ring again; the side that
+ * moves the ring publishes its position, issues a full fence and reads the flag. Either the
+ * sleeper sees the new position or the mover sees the flag and sends one byte on TCP, which
+ * makes the kernel socket readable for the sleeper's recv, poll or epoll.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "config.h"
+#include "cpu.h"
+#include "log.h"
+#include "shmlock.h"
+#include "../preload/libc.h"
+
+enum { TXL = 0, RXL = 1 };
+
+static void lock(struct uls_conn *c, int which)
+{
+	uls_shmlock_acquire(&c->me->lock[which], &c->me->lock_owner[which]);
+}
+
+static void unlock(struct uls_conn *c, int which)
+{
+	uls_shmlock_release(&c->me->lock[which], &c->me->lock_owner[which]);
+}
+
+static int peer_attached(struct uls_conn *c)
+{
+	/* Acquire: pairs with the server's seq_cst store of ATTACHED. */
+	return atomic_load_explicit(&c->peer->state, memory_order_acquire) & ULS_SIDE_ATTACHED;
+}
+
+static int peer_declined(struct uls_conn *c)
+{
+	return atomic_load_explicit(&c->peer->state, memory_order_acquire) & ULS_SIDE_DECLINED;
+}
+
+/* Is every byte still to come from the peer's TCP direction a wake-up byte? */
+static int rx_token_zone(struct uls_conn *c)
+{
+	if (c->role == ULS_CLIENT)
+		return peer_attached(c);
+	if (!atomic_load_explicit(&c->peer->switched, memory_order_acquire))
+		return 0;
+	return atomic_load(&c->me->tcp_data) >= atomic_load(&c->peer->switch_pos);
+}
+
+/* May this side put wake-up bytes on its TCP direction? */
+static int can_signal(struct uls_conn *c)
+{
+	return c->role == ULS_SERVER || atomic_load_explicit(&c->me->switched, memory_order_acquire);
+}
+
+static void send_token(struct uls_conn *c, int fd)
+{
+	char b = 0;
+
+	if (!can_signal(c))
+		return;
+	if (uls_libc.send(fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1)
+		atomic_fetch_add_explicit(&c->me->tokens_sent, 1, memory_order_relaxed);
+}
+
+/* Producer: after publishing tail, wake a consumer that announced it sleeps. */
+static void wake_consumer(struct uls_conn *c, int fd)
+{
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&c->tx->sh->cons.want_data, memory_order_relaxed) &&
+	    atomic_exchange(&c->tx->sh->cons.want_data, 0))
+		send_token(c, fd);
+}
+
+/* Consumer: after publishing head, wake a producer that waits for space. */
+static void wake_producer(struct uls_conn *c, int fd)
+{
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&c->rx->sh->prod.want_space, memory_order_relaxed) &&
+	    atomic_exchange(&c->rx->sh->prod.want_space, 0))
+		send_token(c, fd);
+}
+
+static void note_peer_end(struct uls_conn *c, int err)
+{
+	if (err && !atomic_load(&c->peer_err))
+		atomic_store(&c->peer_err, err);
+	atomic_store(&c->peer_gone, 1);
+}
+
+void uls_conn_drain(struct uls_conn *c, int fd)
+{
+	char buf[256];
+	ssize_t n;
+
+	if (!c->seg.hdr || !rx_token_zone(c))
+		return;
+	for (;;) {
+		n = uls_libc.recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n > 0) {
+			atomic_fetch_add_explicit(&c->me->tokens_seen, (uint64_t)n,
+						  memory_order_relaxed);
+			if (n == (ssize_t)sizeof(buf))
+				continue;
+			return;
+		}
+		if (n == 0)
+			note_peer_end(c, 0);
+		else if (errno != EAGAIN && errno != EINTR)
+			note_peer_end(c, errno == ECONNRESET ? 0 : errno);
+		return;
+	}
+}
+
+/* The client moves its sending direction onto the ring. Caller holds the send lock. */
+static void client_switch(struct uls_conn *c, int fd)
+{
+	atomic_store_explicit(&c->me->switch_pos, atomic_load(&c->me->tcp_data),
+			      memory_order_relaxed);
+	/* Release: the server reads switch_pos only after it sees switched. */
+	atomic_store_explicit(&c->me->switched, 1, memory_order_seq_cst);
+	atomic_store(&c->path, ULS_PATH_SHM);
+	uls_conn_log_path(c, fd);
+}
+
+static void broken(struct uls_conn *c, int fd, const char *what)
+{
+	if (!atomic_exchange(&c->broken, 1))
+		uls_warn("fd=%d %s -> %s: peer broke the ring protocol (%s); connection reset",
+			 fd, c->local, c->peername, what);
+}
+
+static size_t iov_total(const struct iovec *iov, int iovcnt)
+{
+	size_t t = 0;
+	for (int i = 0; i < iovcnt; i++)
+		t += iov[i].iov_len;
+	return t;
+}
+
+static uint64_t deadline_of(uint64_t timeo_ns)
+{
+	return timeo_ns ? uls_now_ns() + timeo_ns : 0;
+}
+
+/* Spins on ready() within the profile's budget; returns 1 when ready. */
+static int spin_until(struct uls_conn *c, int (*ready)(struct uls_conn *))
+{
+	int64_t budget = uls_cfg.spin_ns;
+	uint64_t start;
+	unsigned i = 0;
+
+	if (budget == 0)
+		return ready(c);
+	start = uls_now_ns();
+	for (;;) {
+		if (ready(c))
+			return 1;
+		uls_cpu_relax();
+		if ((++i & 255) != 0)
+			continue;
+		uint64_t spent = uls_now_ns() - start;
+		if (budget > 0 && spent >= (uint64_t)budget)
+			return 0;
+		/* Unlimited spinning still lets another runnable thread have this core. */
+		if (budget < 0 && (i & 8191) == 0)
+			sched_yield();
+	}
+}
+
+static int rx_ready(struct uls_conn *c)
+{
+	uint64_t head = atomic_load_explicit(&c->rx->sh->cons.head, memory_order_relaxed);
+
+	return uls_ring_readable(c->rx, head) != 0 || atomic_load(&c->rx->sh->prod.eof) ||
+	       atomic_load(&c->peer_gone) || atomic_load(&c->broken);
+}
+
+static int peer_stopped_reading(struct uls_conn *c)
+{
+	return atomic_load(&c->tx->sh->cons.closed) ||
+	       (atomic_load(&c->peer->state) & ULS_SIDE_CLOSED);
+}
+
+static int tx_ready(struct uls_conn *c)
+{
+	uint64_t tail = atomic_load_explicit(&c->tx->sh->prod.tail, memory_order_relaxed);
+
+	return uls_ring_writable(c->tx, tail) != 0 || peer_stopped_reading(c) ||
+	       atomic_load(&c->peer_gone) || atomic_load(&c->broken);
+}
+
+/* Sleeps until the receive ring may have changed. Returns 0 or -EINTR / -EAGAIN. */
+static int wait_rx(struct uls_conn *c, int fd)
+{
+	char buf[64];
+	ssize_t n;
+
+	if (spin_until(c, rx_ready))
+		return 0;
+	atomic_store(&c->rx->sh->cons.want_data, 1);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (rx_ready(c))
+		return 0;
+	/*
+	 * Sleep in a blocking recv of wake-up bytes: the kernel applies SO_RCVTIMEO and
+	 * SA_RESTART exactly as it would for the program's own recv.
+	 */
+	n = uls_libc.recv(fd, buf, sizeof(buf), 0);
+	if (n > 0) {
+		atomic_fetch_add_explicit(&c->me->tokens_seen, (uint64_t)n, memory_order_relaxed);
+		return 0;
+	}
+	if (n == 0) {
+		note_peer_end(c, 0);
+		return 0;
+	}
+	if (errno == EINTR)
+		return -EINTR;
+	if (errno == EAGAIN || errno == EWOULDBLOCK) {
+		/* SO_RCVTIMEO expired, or the socket turned non-blocking in another process. */
+		int fl = uls_libc.fcntl(fd, F_GETFL);
+		if (fl >= 0 && (fl & O_NONBLOCK)) {
+			struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+			atomic_store(&c->nonblock, 1);
+			uls_libc.poll(&p, 1, 100);
+			return 0;
+		}
+		return -EAGAIN;
+	}
+	note_peer_end(c, errno == ECONNRESET ? 0 : errno);
+	return 0;
+}
+
+/* Sleeps until the send ring may have space. Returns 0, -EINTR or -EAGAIN (timeout). */
+static int wait_tx(struct uls_conn *c, int fd, uint64_t deadline, int *backoff_ms)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+	int timeout = 1000, r;
+
+	if (spin_until(c, tx_ready))
+		return 0;
+	atomic_store(&c->tx->sh->prod.want_space, 1);
+	atomic_thread_fence(memory_order_seq_cst);
+	if (tx_ready(c))
+		return 0;
+	if (!rx_token_zone(c)) {
+		/* Unread TCP data keeps the socket readable: wake-ups cannot be seen, so poll
+		 * the ring with a growing sleep instead. */
+		*backoff_ms = *backoff_ms ? (*backoff_ms >= 16 ? 16 : *backoff_ms * 2) : 1;
+		timeout = *backoff_ms;
+		p.events = POLLRDHUP;
+	}
+	if (deadline) {
+		uint64_t now = uls_now_ns();
+		if (now >= deadline)
+			return -EAGAIN;
+		if ((deadline - now) / 1000000 < (uint64_t)timeout)
+			timeout = (int)((deadline - now) / 1000000) + 1;
+	}
+	r = uls_libc.poll(&p, 1, timeout);
+	if (r < 0 && errno == EINTR)
+		return -EINTR;
+	if (r > 0 && (p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))) {
+		if (rx_token_zone(c))
+			uls_conn_drain(c, fd);
+		else if (p.revents & (POLLHUP | POLLERR))
+			note_peer_end(c, 0);
+	}
+	return 0;
+}
+
+static ssize_t send_epipe(int flags)
+{
+	if (!(flags & MSG_NOSIGNAL))
+		raise(SIGPIPE);
+	return -EPIPE;
+}
+
+static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, int iovcnt,
+			 size_t total, int flags)
+{
+	int nonblock = (flags & MSG_DONTWAIT) || atomic_load(&c->nonblock), backoff = 0;
+	uint64_t deadline = deadline_of(c->sndtimeo_ns);
+	size_t done = 0;
+
+	for (;;) {
+		if (atomic_load(&c->broken))
+			return done ? (ssize_t)done : -ECONNRESET;
+		if (peer_stopped_reading(c) || atomic_load(&c->peer_gone)) {
+			/* A peer that only shut down reading still takes (and drops) bytes. */
+			if (!(atomic_load(&c->peer->state) & ULS_SIDE_CLOSED) &&
+			    !atomic_load(&c->peer_gone))
+				return (ssize_t)total;
+			return done ? (ssize_t)done : send_epipe(flags);
+		}
+		uint64_t tail = atomic_load_explicit(&c->tx->sh->prod.tail, memory_order_relaxed);
+		int64_t space = uls_ring_writable(c->tx, tail);
+		if (space < 0) {
+			broken(c, fd, "consumer position out of range");
+			continue;
+		}
+		if (space > 0) {
+			size_t n = total - done < (uint64_t)space ? total - done : (size_t)space;
+			uls_ring_copy_in(c->tx, tail, iov, iovcnt, done, n);
+			/* Release: the consumer sees the bytes before it sees the new tail. */
+			atomic_store_explicit(&c->tx->sh->prod.tail, tail + n, memory_order_release);
+			atomic_fetch_add_explicit(&c->me->tx_bytes, n, memory_order_relaxed);
+			done += n;
+			wake_consumer(c, fd);
+			if (done == total)
+				return (ssize_t)done;
+			continue;
+		}
+		if (nonblock)
+			return done ? (ssize_t)done : -EAGAIN;
+		unlock(c, TXL);
+		int r = wait_tx(c, fd, deadline, &backoff);
+		lock(c, TXL);
+		if (r < 0)
+			return done ? (ssize_t)done : r;
+	}
+}
+
+ssize_t uls_conn_send(struct uls_conn *c, int fd, const struct iovec *iov, int iovcnt,
+		      int flags)
+{
+	size_t total = iov_total(iov, iovcnt);
+	ssize_t n;
+
+	if (atomic_load(&c->shut_wr))
+		return send_epipe(flags);
+	lock(c, TXL);
+	if (c->role == ULS_CLIENT && !atomic_load(&c->me->switched)) {
+		if (!peer_attached(c)) {
+			/* Not proven yet: the bytes go on TCP, where the server will read them. */
+			struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
+			n = uls_libc.sendmsg(fd, &m, flags);
+			if (n > 0)
+				atomic_fetch_add(&c->me->tcp_data, (uint64_t)n);
+			n = n < 0 ? -errno : n;
+			unlock(c, TXL);
+			if (peer_declined(c))
+				uls_conn_set_kernel(c, fd, "peer declined");
+			return n;
+		}
+		client_switch(c, fd);
+	}
+	n = total ? ring_send(c, fd, iov, iovcnt, total, flags) : 0;
+	unlock(c, TXL);
+	if (c->stat && n > 0)
+		atomic_fetch_add_explicit(&c->stat->tx_bytes, (uint64_t)n, memory_order_relaxed);
+	return n;
+}
+
+/* Copies iovecs into tmp, truncated to limit bytes; returns the new count. */
+static int iov_truncate(const struct iovec *iov, int iovcnt, size_t limit, struct iovec *tmp,
+			int max)
+{
+	int k = 0;
+
+	for (int i = 0; i < iovcnt && k < max && limit > 0; i++) {
+		tmp[k] = iov[i];
+		if (tmp[k].iov_len > limit)
+			tmp[k].iov_len = limit;
+		limit -= tmp[k].iov_len;
+		k++;
+	}
+	return k;
+}
+
+/*
+ * Receives TCP data before the ring took over. Returns bytes, 0 at EOF, -errno, or
+ * -EALREADY when the caller must continue on the ring.
+ */
+static ssize_t tcp_recv_before_switch(struct uls_conn *c, int fd, struct msghdr *msg, int flags,
+				      size_t total, int nonblock)
+{
+	struct iovec tmp[64];
+	struct msghdr m = *msg;
+	uint64_t have = atomic_load(&c->me->tcp_data);
+	int switched = atomic_load_explicit(&c->peer->switched, memory_order_acquire);
+	uint64_t pos = atomic_load(&c->peer->switch_pos);
+	size_t limit = total;
+	ssize_t n;
+
+	if (switched) {
+		if (pos < have) {
+			broken(c, fd, "switch position behind data already read");
+			return -ECONNRESET;
+		}
+		if (pos == have)
+			return -EALREADY;
+		if (pos - have < limit)
+			limit = (size_t)(pos - have);
+	}
+	if (!switched && !nonblock)
+		atomic_store(&c->rx->sh->cons.want_data, 1);
+	m.msg_iov = tmp;
+	m.msg_iovlen = (size_t)iov_truncate(msg->msg_iov, (int)msg->msg_iovlen, limit, tmp, 64);
+	n = uls_libc.recvmsg(fd, &m, flags);
+	if (n <= 0)
+		return n < 0 ? -errno : 0;
+	msg->msg_flags = m.msg_flags;
+	if (atomic_load_explicit(&c->peer->switched, memory_order_acquire)) {
+		/* The switch happened during the call: what lies past it are wake-ups. */
+		uint64_t data = atomic_load(&c->peer->switch_pos) - have;
+		if ((uint64_t)n > data) {
+			if (!(flags & MSG_PEEK))
+				atomic_fetch_add(&c->me->tokens_seen, (uint64_t)n - data);
+			n = (ssize_t)data;
+		}
+	}
+	if (!(flags & MSG_PEEK))
+		atomic_fetch_add(&c->me->tcp_data, (uint64_t)n);
+	return n > 0 ? n : -EALREADY;
+}
+
+/* Client before the server attached: TCP carries data, unless the server attaches. */
+static ssize_t tcp_recv_pending(struct uls_conn *c, int fd, struct msghdr *msg, int flags,
+				int nonblock)
+{
+	ssize_t n;
+	char sink[256];
+
+	if (!nonblock)
+		atomic_store(&c->rx->sh->cons.want_data, 1);
+	n = uls_libc.recvmsg(fd, msg, flags);
+	if (n < 0)
+		return -errno;
+	if (!peer_attached(c)) {
+		/* A ulsock server attaches before it sends anything: this peer never will. */
+		if (n > 0 || !peer_declined(c))
+			uls_conn_set_kernel(c, fd, peer_declined(c) ? "peer declined"
+								    : "peer is not running ulsock");
+		return n;
+	}
+	if (n == 0) {
+		note_peer_end(c, 0);
+	} else {
+		if (flags & MSG_PEEK)
+			n = uls_libc.recv(fd, sink, (size_t)n < sizeof(sink) ? (size_t)n : sizeof(sink),
+					  MSG_DONTWAIT);
+		if (n > 0)
+			atomic_fetch_add(&c->me->tokens_seen, (uint64_t)n);
+	}
+	return -EALREADY;
+}
+
+static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags,
+			 size_t total, int nonblock)
+{
+	size_t done = 0;
+
+	for (;;) {
+		uint64_t head = atomic_load_explicit(&c->rx->sh->cons.head, memory_order_relaxed);
+		int64_t avail = uls_ring_readable(c->rx, head);
+		if (avail < 0) {
+			broken(c, fd, "producer position out of range");
+			return done ? (ssize_t)done : -ECONNRESET;
+		}
+		if (avail > 0) {
+			size_t n = total - done < (uint64_t)avail ? total - done : (size_t)avail;
+			uls_ring_copy_out(c->rx, head, msg->msg_iov, (int)msg->msg_iovlen, done, n);
+			done += n;
+			if (flags & MSG_PEEK)
+				return (ssize_t)done;
+			/* Release: the producer may reuse the space once it sees the new head. */
+			atomic_store_explicit(&c->rx->sh->cons.head, head + n, memory_order_release);
+			atomic_fetch_add_explicit(&c->me->rx_bytes, n, memory_order_relaxed);
+			wake_producer(c, fd);
+			if (done == total || !(flags & MSG_WAITALL))
+				return (ssize_t)done;
+			continue;
+		}
+		if (done)
+			return (ssize_t)done;
+		if (atomic_load(&c->broken))
+			return -ECONNRESET;
+		if (atomic_load(&c->rx->sh->prod.eof))
+			return 0;
+		if (atomic_load(&c->peer_gone)) {
+			int e = atomic_load(&c->peer_err);
+			return e ? -e : 0;
+		}
+		if (nonblock)
+			return -EAGAIN;
+		unlock(c, RXL);
+		int r = wait_rx(c, fd);
+		lock(c, RXL);
+		if (r < 0)
+			return r;
+	}
+}
+
+ssize_t uls_conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags)
+{
+	size_t total = iov_total(msg->msg_iov, (int)msg->msg_iovlen);
+	int nonblock = (flags & MSG_DONTWAIT) || atomic_load(&c->nonblock);
+	ssize_t n;
+
+	msg->msg_flags = 0;
+	if (atomic_load(&c->shut_rd))
+		return 0;
+	if (total == 0)
+		return 0;
+	lock(c, RXL);
+	for (;;) {
+		if (c->role == ULS_CLIENT && !peer_attached(c)) {
+			n = tcp_recv_pending(c, fd, msg, flags, nonblock);
+		} else if (c->role == ULS_SERVER && !rx_token_zone(c)) {
+			n = tcp_recv_before_switch(c, fd, msg, flags, total, nonblock);
+		} else {
+			if (c->role == ULS_CLIENT && !atomic_load(&c->me->switched) &&
+			    uls_shmlock_try(&c->me->lock[TXL], &c->me->lock_owner[TXL])) {
+				/* Switch now, so this side can send wake-ups for the ring. */
+				if (!atomic_load(&c->me->switched))
+					client_switch(c, fd);
+				unlock(c, TXL);
+			}
+			n = ring_recv(c, fd, msg, flags, total, nonblock);
+		}
+		if (n != -EALREADY)
+			break;
+	}
+	unlock(c, RXL);
+	if (c->stat && n > 0 && !(flags & MSG_PEEK))
+		atomic_fetch_add_explicit(&c->stat->rx_bytes, (uint64_t)n, memory_order_relaxed);
+	return n;
+}
+
+int uls_conn_shutdown(struct uls_conn *c, int fd, int how)
+{
+	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
+		return -EINVAL;
+	if (how != SHUT_RD) {
+		lock(c, TXL);
+		if (c->role == ULS_CLIENT && !atomic_load(&c->me->switched) && peer_attached(c))
+			client_switch(c, fd);
+		if (c->role == ULS_CLIENT && !atomic_load(&c->me->switched)) {
+			/* Still on TCP: the server reads the end of the stream there. */
+			int r = uls_libc.shutdown(fd, SHUT_WR);
+			unlock(c, TXL);
+			if (r < 0)
+				return -errno;
+		} else {
+			atomic_store(&c->tx->sh->prod.eof, 1);
+			unlock(c, TXL);
+			atomic_thread_fence(memory_order_seq_cst);
+			send_token(c, fd);
+		}
+		atomic_store(&c->shut_wr, 1);
+	}
+	if (how != SHUT_WR) {
+		atomic_store(&c->shut_rd, 1);
+		atomic_store(&c->rx->sh->cons.closed, 1);
+		wake_producer(c, fd);
+	}
+	return 0;
+}
+
+int uls_conn_kernel_parts(struct uls_conn *c)
+{
+	if (atomic_load(&c->path) == ULS_PATH_KERNEL || !c->seg.hdr)
+		return ULS_KERNEL_RX | ULS_KERNEL_TX;
+	if (c->role == ULS_CLIENT)
+		return peer_attached(c) ? 0 : ULS_KERNEL_RX | ULS_KERNEL_TX;
+	return rx_token_zone(c) ? 0 : ULS_KERNEL_RX;
+}
+
+int uls_conn_ready(struct uls_conn *c, int events)
+{
+	int parts = uls_conn_kernel_parts(c), r = 0;
+
+	if (!(parts & ULS_KERNEL_RX)) {
+		if (rx_ready(c))
+			r |= POLLIN;
+		if (atomic_load(&c->rx->sh->prod.eof) || atomic_load(&c->peer_gone))
+			r |= POLLIN | POLLRDHUP;
+		if (atomic_load(&c->peer_err) || atomic_load(&c->broken))
+			r |= POLLERR | POLLHUP;
+	}
+	if (atomic_load(&c->shut_rd))
+		r |= POLLIN | POLLRDHUP;
+	if (!(parts & ULS_KERNEL_TX) && tx_ready(c))
+		r |= POLLOUT;
+	if (atomic_load(&c->shut_wr) && (r & POLLRDHUP))
+		r |= POLLHUP;
+	return r & (events | POLLERR | POLLHUP);
+}
+
+void uls_conn_arm(struct uls_conn *c, int events)
+{
+	int parts = uls_conn_kernel_parts(c);
+
+	if ((events & POLLIN) && !(parts & ULS_KERNEL_RX))
+		atomic_store(&c->rx->sh->cons.want_data, 1);
+	if ((events & POLLOUT) && !(parts & ULS_KERNEL_TX))
+		atomic_store(&c->tx->sh->prod.want_space, 1);
+	atomic_thread_fence(memory_order_seq_cst);
+}
+
+uint64_t uls_conn_gen(struct uls_conn *c, int events)
+{
+	uint64_t g = 0;
+
+	if (!c->seg.hdr)
+		return 0;
+	if (events & POLLIN)
+		g += atomic_load(&c->rx->sh->prod.tail) + atomic_load(&c->rx->sh->prod.eof) +
+		     (uint64_t)atomic_load(&c->peer_gone);
+	if (events & POLLOUT)
+		g += atomic_load(&c->tx->sh->cons.head) << 1;
+	return g;
+}
+
+int uls_conn_inq(struct uls_conn *c, int fd, int *out)
+{
+	int parts = uls_conn_kernel_parts(c);
+
+	if (parts & ULS_KERNEL_RX) {
+		int k = 0;
+		if (uls_libc.ioctl(fd, FIONREAD, &k) < 0)
+			return -errno;
+		if (c->role == ULS_SERVER && atomic_load(&c->peer->switched)) {
+			uint64_t left = atomic_load(&c->peer->switch_pos) - atomic_load(&c->me->tcp_data);
+			if ((uint64_t)k > left)
+				k = (int)left;
+		}
+		*out = k;
+		return 0;
+	}
+	int64_t a = uls_ring_readable(c->rx, atomic_load(&c->rx->sh->cons.head));
+	*out = a < 0 ? 0 : (int)a;
+	return 0;
+}
+
+int uls_conn_outq(struct uls_conn *c, int *out)
+{
+	uint64_t tail = atomic_load(&c->tx->sh->prod.tail);
+	int64_t w = uls_ring_writable(c->tx, tail);
+
+	*out = w < 0 ? 0 : (int)(c->tx->size - (uint64_t)w);
+	return 0;
+}

@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef ULS_CPU_H
+#define ULS_CPU_H
+
+#include <stdint.h>
+#include <time.h>
+
+static inline void uls_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+static inline uint64_t uls_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+#endif

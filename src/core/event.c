@@ -1,0 +1,521 @@
+/* SPDX-License-Identifier: MIT */
+#include "event.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "conn.h"
+#include "cpu.h"
+#include "fdtable.h"
+#include "../preload/libc.h"
+
+#define KERNEL_RX_BITS (POLLIN | POLLRDHUP | POLLPRI)
+#define KERNEL_TX_BITS (POLLOUT)
+
+/* The conn of fd when its readiness is (partly) in user space, else NULL. */
+static struct uls_conn *ring_conn(int fd)
+{
+	struct uls_conn *c = uls_fd_conn(fd);
+
+	if (!c || uls_conn_kernel_parts(c) == (ULS_KERNEL_RX | ULS_KERNEL_TX))
+		return NULL;
+	return c;
+}
+
+static int kernel_events_for(struct uls_conn *c, int events)
+{
+	int parts = uls_conn_kernel_parts(c), k = POLLIN | POLLRDHUP;
+
+	if ((parts & ULS_KERNEL_TX) && (events & POLLOUT))
+		k |= POLLOUT;
+	return k;
+}
+
+/* Readiness of a ring conn given what the kernel reported for its socket. */
+static int merge(struct uls_conn *c, int fd, int events, int krev)
+{
+	int parts = uls_conn_kernel_parts(c), r;
+
+	if ((krev & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) && !(parts & ULS_KERNEL_RX))
+		uls_conn_drain(c, fd);
+	parts = uls_conn_kernel_parts(c);
+	r = uls_conn_ready(c, events);
+	if (parts & ULS_KERNEL_RX)
+		r |= krev & (KERNEL_RX_BITS | POLLHUP | POLLERR) & (events | POLLHUP | POLLERR);
+	if (parts & ULS_KERNEL_TX)
+		r |= krev & KERNEL_TX_BITS & events;
+	return r;
+}
+
+static int64_t remaining(uint64_t deadline, int64_t timeout_ns)
+{
+	uint64_t now;
+
+	if (timeout_ns < 0)
+		return -1;
+	now = uls_now_ns();
+	return now >= deadline ? 0 : (int64_t)(deadline - now);
+}
+
+static int kernel_ppoll(struct pollfd *k, nfds_t n, int64_t ns, const sigset_t *mask)
+{
+	struct timespec ts, *tp = NULL;
+	int r;
+
+	if (ns >= 0) {
+		ts.tv_sec = ns / 1000000000;
+		ts.tv_nsec = ns % 1000000000;
+		tp = &ts;
+	}
+	r = uls_libc.ppoll(k, n, tp, mask);
+	return r < 0 ? -errno : r;
+}
+
+/* One pass: user readiness of ring conns merged with a kernel snapshot in k. */
+static int poll_collect(struct pollfd *fds, struct pollfd *k, struct uls_conn **cs, nfds_t n,
+			int have_kernel)
+{
+	int count = 0;
+
+	for (nfds_t i = 0; i < n; i++) {
+		int krev = have_kernel ? k[i].revents : 0;
+		fds[i].revents = cs[i] ? (short)merge(cs[i], fds[i].fd, fds[i].events, krev)
+				       : (short)krev;
+		count += fds[i].revents != 0;
+	}
+	return count;
+}
+
+static int any_user_ready(struct pollfd *fds, struct uls_conn **cs, nfds_t n)
+{
+	for (nfds_t i = 0; i < n; i++)
+		if (cs[i] && uls_conn_ready(cs[i], fds[i].events))
+			return 1;
+	return 0;
+}
+
+int uls_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *mask)
+{
+	struct pollfd kst[64], *k = kst;
+	struct uls_conn *cst[64], **cs = cst;
+	uint64_t start = uls_now_ns(), deadline = start + (uint64_t)(timeout_ns > 0 ? timeout_ns : 0);
+	int nconn = 0, r;
+	unsigned spins = 0;
+
+	if (n > 64) {
+		k = malloc(n * sizeof(*k));
+		cs = malloc(n * sizeof(*cs));
+		if (!k || !cs) {
+			free(k == kst ? NULL : k);
+			free(cs == cst ? NULL : cs);
+			return -ENOMEM;
+		}
+	}
+	for (nfds_t i = 0; i < n; i++) {
+		cs[i] = fds[i].fd >= 0 ? ring_conn(fds[i].fd) : NULL;
+		nconn += cs[i] != NULL;
+		k[i] = fds[i];
+		if (cs[i])
+			k[i].events = (short)kernel_events_for(cs[i], fds[i].events);
+	}
+	if (!nconn) {
+		r = kernel_ppoll(fds, n, timeout_ns, mask);
+		goto out;
+	}
+	for (;;) {
+		int64_t left = remaining(deadline, timeout_ns);
+		int sleeping = 0;
+		if (any_user_ready(fds, cs, n) || left == 0 || (++spins & 63) == 0) {
+			r = kernel_ppoll(k, n, 0, mask);
+		} else if (uls_cfg.spin_ns < 0 ||
+			   uls_now_ns() - start < (uint64_t)uls_cfg.spin_ns) {
+			uls_cpu_relax();
+			if (uls_cfg.spin_ns < 0 && (spins & 8191) == 0)
+				sched_yield();
+			continue;
+		} else {
+			for (nfds_t i = 0; i < n; i++)
+				if (cs[i])
+					uls_conn_arm(cs[i], fds[i].events);
+			if (any_user_ready(fds, cs, n))
+				continue;
+			sleeping = 1;
+			r = kernel_ppoll(k, n, left, mask);
+		}
+		if (r < 0)
+			goto out;
+		r = poll_collect(fds, k, cs, n, 1);
+		if (r > 0 || left == 0 || (sleeping && remaining(deadline, timeout_ns) == 0))
+			goto out;
+	}
+out:
+	if (k != kst)
+		free(k);
+	if (cs != cst)
+		free(cs);
+	return r;
+}
+
+/* ---- epoll ---- */
+
+struct epreg {
+	int fd;
+	uint32_t events;  /* what the program asked for */
+	epoll_data_t data; /* what the program registered */
+	uint64_t gen;     /* edge-triggered: readiness generation last reported */
+	int fired;        /* EPOLLONESHOT: reported, disabled until EPOLL_CTL_MOD */
+	int ring;         /* the fd is a ring conn: ulsock decides its readiness */
+	uint32_t kev;     /* events registered with the kernel */
+	unsigned round;   /* last wait round that reported it */
+};
+
+struct uls_epoll {
+	pthread_mutex_t mu;
+	int refs;
+	struct epreg **regs; /* indexed by fd */
+	int cap;
+	unsigned round;
+};
+
+static pthread_mutex_t eplist_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct uls_epoll **eplist;
+static int neplist, capeplist;
+
+struct uls_epoll *uls_epoll_create(int epfd)
+{
+	struct uls_epoll *ep = calloc(1, sizeof(*ep));
+
+	(void)epfd;
+	if (!ep)
+		return NULL;
+	pthread_mutex_init(&ep->mu, NULL);
+	ep->refs = 1;
+	pthread_mutex_lock(&eplist_mu);
+	if (neplist == capeplist) {
+		int nc = capeplist ? capeplist * 2 : 16;
+		struct uls_epoll **nl = realloc(eplist, (size_t)nc * sizeof(*nl));
+		if (nl) {
+			eplist = nl;
+			capeplist = nc;
+		}
+	}
+	if (neplist < capeplist)
+		eplist[neplist++] = ep;
+	pthread_mutex_unlock(&eplist_mu);
+	return ep;
+}
+
+void uls_epoll_get(struct uls_epoll *ep)
+{
+	pthread_mutex_lock(&ep->mu);
+	ep->refs++;
+	pthread_mutex_unlock(&ep->mu);
+}
+
+void uls_epoll_put(struct uls_epoll *ep)
+{
+	int last;
+
+	pthread_mutex_lock(&ep->mu);
+	last = --ep->refs == 0;
+	pthread_mutex_unlock(&ep->mu);
+	if (!last)
+		return;
+	pthread_mutex_lock(&eplist_mu);
+	for (int i = 0; i < neplist; i++) {
+		if (eplist[i] == ep) {
+			eplist[i] = eplist[--neplist];
+			break;
+		}
+	}
+	pthread_mutex_unlock(&eplist_mu);
+	for (int i = 0; i < ep->cap; i++)
+		free(ep->regs[i]);
+	free(ep->regs);
+	pthread_mutex_destroy(&ep->mu);
+	free(ep);
+}
+
+static int grow(struct uls_epoll *ep, int fd)
+{
+	int nc = ep->cap ? ep->cap : 64;
+	struct epreg **nr;
+
+	while (nc <= fd)
+		nc *= 2;
+	nr = realloc(ep->regs, (size_t)nc * sizeof(*nr));
+	if (!nr)
+		return -ENOMEM;
+	memset(nr + ep->cap, 0, (size_t)(nc - ep->cap) * sizeof(*nr));
+	ep->regs = nr;
+	ep->cap = nc;
+	return 0;
+}
+
+static uint32_t kernel_epoll_events(struct epreg *r)
+{
+	struct uls_conn *c;
+
+	r->ring = 0;
+	c = ring_conn(r->fd);
+	if (!c)
+		return r->events;
+	r->ring = 1;
+	/* Level-triggered in the kernel: ulsock applies EPOLLET and EPOLLONESHOT itself. */
+	return (uint32_t)kernel_events_for(c, (int)r->events);
+}
+
+static int kernel_ctl(struct uls_epoll *ep, int epfd, int op, struct epreg *r)
+{
+	struct epoll_event kev = {.events = r->kev, .data.u64 = (uint64_t)r->fd};
+
+	(void)ep;
+	return uls_libc.epoll_ctl(epfd, op, r->fd, &kev) < 0 ? -errno : 0;
+}
+
+int uls_epoll_ctl(struct uls_epoll *ep, int epfd, int op, int fd, struct epoll_event *ev)
+{
+	struct epreg *r;
+	int err;
+
+	if (fd < 0)
+		return -EBADF;
+	pthread_mutex_lock(&ep->mu);
+	if (fd >= ep->cap && (err = grow(ep, fd)) < 0)
+		goto out;
+	r = ep->regs[fd];
+	switch (op) {
+	case EPOLL_CTL_ADD:
+		if (!ev) {
+			err = -EFAULT;
+			break;
+		}
+		if (r) {
+			/* The kernel has the final say: the fd may have been closed and reused. */
+			free(r);
+			ep->regs[fd] = NULL;
+		}
+		r = calloc(1, sizeof(*r));
+		if (!r) {
+			err = -ENOMEM;
+			break;
+		}
+		r->fd = fd;
+		r->events = ev->events;
+		r->data = ev->data;
+		r->kev = kernel_epoll_events(r);
+		err = kernel_ctl(ep, epfd, EPOLL_CTL_ADD, r);
+		if (err < 0)
+			free(r);
+		else
+			ep->regs[fd] = r;
+		break;
+	case EPOLL_CTL_MOD:
+		if (!ev) {
+			err = -EFAULT;
+			break;
+		}
+		if (!r) {
+			struct epoll_event kev = *ev;
+			err = uls_libc.epoll_ctl(epfd, op, fd, &kev) < 0 ? -errno : -ENOENT;
+			break;
+		}
+		r->events = ev->events;
+		r->data = ev->data;
+		r->fired = 0;
+		r->gen = 0;
+		r->kev = kernel_epoll_events(r);
+		err = kernel_ctl(ep, epfd, EPOLL_CTL_MOD, r);
+		break;
+	case EPOLL_CTL_DEL:
+		err = uls_libc.epoll_ctl(epfd, op, fd, ev) < 0 ? -errno : 0;
+		free(r);
+		ep->regs[fd] = NULL;
+		break;
+	default:
+		err = -EINVAL;
+	}
+out:
+	pthread_mutex_unlock(&ep->mu);
+	return err;
+}
+
+void uls_epoll_forget_fd(int fd)
+{
+	pthread_mutex_lock(&eplist_mu);
+	for (int i = 0; i < neplist; i++) {
+		struct uls_epoll *ep = eplist[i];
+		pthread_mutex_lock(&ep->mu);
+		if (fd < ep->cap && ep->regs[fd]) {
+			free(ep->regs[fd]);
+			ep->regs[fd] = NULL;
+		}
+		pthread_mutex_unlock(&ep->mu);
+	}
+	pthread_mutex_unlock(&eplist_mu);
+}
+
+static int poll_bits(uint32_t e)
+{
+	return (int)(e & (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLERR | EPOLLHUP));
+}
+
+/* Emits an event for r if it is ready; returns 1 when emitted. */
+static int emit(struct uls_epoll *ep, struct epreg *r, int ready, struct epoll_event *out)
+{
+	struct uls_conn *c;
+
+	if (!ready || r->fired || r->round == ep->round)
+		return 0;
+	if (r->ring && (r->events & EPOLLET)) {
+		c = uls_fd_conn(r->fd);
+		uint64_t g = c ? uls_conn_gen(c, poll_bits(r->events)) + (uint64_t)ready : 0;
+		if (g == r->gen)
+			return 0;
+		r->gen = g;
+	}
+	if (r->events & EPOLLONESHOT)
+		r->fired = 1;
+	r->round = ep->round;
+	out->events = (uint32_t)ready;
+	out->data = r->data;
+	return 1;
+}
+
+/* Upgrades registrations whose fd became (or stopped being) a ring conn. */
+static void refresh(struct uls_epoll *ep, int epfd, struct epreg *r)
+{
+	int was = r->ring;
+	uint32_t kev = kernel_epoll_events(r);
+
+	if (kev != r->kev || was != r->ring) {
+		r->kev = kev;
+		kernel_ctl(ep, epfd, EPOLL_CTL_MOD, r);
+	}
+}
+
+static int user_pass(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int max, int arm)
+{
+	int n = 0;
+
+	for (int fd = 0; fd < ep->cap && n < max; fd++) {
+		struct epreg *r = ep->regs[fd];
+		if (!r)
+			continue;
+		uint8_t kind = atomic_load(&uls_fd_get(fd)->kind);
+		if (!r->ring && kind != ULS_FD_CONN && kind != ULS_FD_TCP)
+			continue;
+		refresh(ep, epfd, r);
+		if (!r->ring)
+			continue;
+		struct uls_conn *c = uls_fd_conn(fd);
+		if (!c || r->fired)
+			continue;
+		if (arm)
+			uls_conn_arm(c, poll_bits(r->events));
+		n += emit(ep, r, uls_conn_ready(c, poll_bits(r->events)) & poll_bits(r->events | EPOLLERR | EPOLLHUP), &evs[n]);
+	}
+	return n;
+}
+
+static int kernel_pass(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int max,
+		       int64_t ns, const sigset_t *mask)
+{
+	struct epoll_event kev[64];
+	int n = 0, r, ms;
+
+	ms = ns < 0 ? -1 : (int)((ns + 999999) / 1000000);
+	pthread_mutex_unlock(&ep->mu);
+	r = uls_libc.epoll_pwait(epfd, kev, max < 64 ? max : 64, ms, mask);
+	pthread_mutex_lock(&ep->mu);
+	if (r < 0)
+		return -errno;
+	for (int i = 0; i < r && n < max; i++) {
+		int fd = (int)kev[i].data.u64;
+		struct epreg *reg = fd >= 0 && fd < ep->cap ? ep->regs[fd] : NULL;
+		if (!reg)
+			continue;
+		if (!reg->ring) {
+			if (reg->round == ep->round)
+				continue;
+			reg->round = ep->round;
+			evs[n].events = kev[i].events;
+			evs[n].data = reg->data;
+			n++;
+			continue;
+		}
+		struct uls_conn *c = uls_fd_conn(fd);
+		int ready = c ? merge(c, fd, poll_bits(reg->events), (int)kev[i].events) : 0;
+		n += emit(ep, reg, ready & poll_bits(reg->events | EPOLLERR | EPOLLHUP), &evs[n]);
+	}
+	return n;
+}
+
+static int has_ring(struct uls_epoll *ep)
+{
+	for (int fd = 0; fd < ep->cap; fd++) {
+		struct epreg *r = ep->regs[fd];
+		if (!r)
+			continue;
+		uint8_t kind = atomic_load(&uls_fd_get(fd)->kind);
+		if (r->ring || kind == ULS_FD_CONN || kind == ULS_FD_TCP)
+			return 1;
+	}
+	return 0;
+}
+
+int uls_epoll_wait(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int max,
+		   int64_t timeout_ns, const sigset_t *mask)
+{
+	uint64_t start = uls_now_ns(), deadline = start + (uint64_t)(timeout_ns > 0 ? timeout_ns : 0);
+	unsigned spins = 0;
+	int n;
+
+	if (max <= 0)
+		return -EINVAL;
+	pthread_mutex_lock(&ep->mu);
+	if (!has_ring(ep)) {
+		ep->round++;
+		n = kernel_pass(ep, epfd, evs, max, timeout_ns, mask);
+		pthread_mutex_unlock(&ep->mu);
+		return n;
+	}
+	for (;;) {
+		int64_t left = remaining(deadline, timeout_ns);
+		ep->round++;
+		n = user_pass(ep, epfd, evs, max, 0);
+		if (n > 0 || left == 0 || (++spins & 63) == 0) {
+			int k = kernel_pass(ep, epfd, evs + n, max - n, 0, mask);
+			if (k < 0 && n == 0) {
+				n = k;
+				break;
+			}
+			n += k > 0 ? k : 0;
+			if (n > 0 || left == 0)
+				break;
+			continue;
+		}
+		if (uls_cfg.spin_ns < 0 || uls_now_ns() - start < (uint64_t)uls_cfg.spin_ns) {
+			/* Spin unlocked, so epoll_ctl from other threads goes on meanwhile. */
+			pthread_mutex_unlock(&ep->mu);
+			uls_cpu_relax();
+			if (uls_cfg.spin_ns < 0 && (spins & 8191) == 0)
+				sched_yield();
+			pthread_mutex_lock(&ep->mu);
+			continue;
+		}
+		n = user_pass(ep, epfd, evs, max, 1);
+		if (n > 0)
+			break;
+		n = kernel_pass(ep, epfd, evs, max, left, mask);
+		if (n != 0 || remaining(deadline, timeout_ns) == 0)
+			break;
+	}
+	pthread_mutex_unlock(&ep->mu);
+	return n;
+}
+

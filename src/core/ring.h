@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One direction of a connection: a single-producer, single-consumer byte ring in shared
+ * memory. Positions are free-running 64-bit byte counters; the data offset of a position is
+ * (pos & mask). The producer owns `tail`, the consumer owns `head`.
+ *
+ * Everything in struct uls_ring_shared can be written by the peer process, so the helpers
+ * below never use a shared value to address memory: the size and mask come from the
+ * process-local struct uls_ring, validated once when the segment was mapped, and every
+ * distance read from shared memory is checked against the size before use.
+ */
+#ifndef ULS_RING_H
+#define ULS_RING_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#define ULS_CACHELINE 64
+
+/* Written only by the producer. */
+struct uls_ring_prod {
+	_Alignas(ULS_CACHELINE) _Atomic uint64_t tail; /* bytes ever published */
+	_Atomic uint32_t eof;        /* 1: the producer will publish nothing after tail */
+	_Atomic uint32_t want_space; /* 1: the producer sleeps until head moves */
+	uint8_t pad[ULS_CACHELINE - 16];
+};
+
+/* Written only by the consumer (want_data is also cleared by the producer). */
+struct uls_ring_cons {
+	_Alignas(ULS_CACHELINE) _Atomic uint64_t head; /* bytes ever consumed */
+	_Atomic uint32_t want_data; /* 1: the consumer sleeps until tail moves */
+	_Atomic uint32_t closed;    /* 1: the consumer will never read again */
+	uint8_t pad[ULS_CACHELINE - 16];
+};
+
+struct uls_ring_shared {
+	struct uls_ring_prod prod;
+	struct uls_ring_cons cons;
+};
+_Static_assert(sizeof(struct uls_ring_prod) == ULS_CACHELINE, "prod line");
+_Static_assert(sizeof(struct uls_ring_shared) == 2 * ULS_CACHELINE, "ring header");
+
+/* Process-local view of one ring: trusted. */
+struct uls_ring {
+	struct uls_ring_shared *sh;
+	uint8_t *data;
+	uint64_t size; /* power of two */
+	uint64_t mask;
+};
+
+#define ULS_RING_MIN (4u << 10)
+#define ULS_RING_MAX (64u << 20)
+
+static inline int uls_ring_size_valid(uint64_t size)
+{
+	return size >= ULS_RING_MIN && size <= ULS_RING_MAX && (size & (size - 1)) == 0;
+}
+
+/* Bytes between two positions, or UINT64_MAX when `later` is behind `earlier`. */
+static inline uint64_t uls_ring_dist(uint64_t earlier, uint64_t later)
+{
+	uint64_t d = later - earlier;
+	return (int64_t)d < 0 ? UINT64_MAX : d;
+}
+
+void uls_ring_init(struct uls_ring *r, struct uls_ring_shared *sh, uint8_t *data, uint64_t size);
+
+/*
+ * Consumer side. Returns the number of readable bytes at `head`, or -EPROTO when the
+ * producer's tail is impossible (behind head or more than a ring ahead).
+ */
+int64_t uls_ring_readable(const struct uls_ring *r, uint64_t head);
+
+/* Producer side: free bytes at `tail`, or -EPROTO when the consumer's head is impossible. */
+int64_t uls_ring_writable(const struct uls_ring *r, uint64_t tail);
+
+/* Copies `len` bytes at position `pos` out of the ring into an iovec array, skipping `skip`
+ * bytes of the iovecs first. The caller has checked len against uls_ring_readable. */
+void uls_ring_copy_out(const struct uls_ring *r, uint64_t pos, const struct iovec *iov,
+		       int iovcnt, size_t skip, size_t len);
+
+/* Copies `len` bytes from an iovec array (after `skip` bytes) into the ring at `pos`. */
+void uls_ring_copy_in(struct uls_ring *r, uint64_t pos, const struct iovec *iov, int iovcnt,
+		      size_t skip, size_t len);
+
+/* Copies `len` bytes of plain memory into the ring at `pos`. */
+void uls_ring_put(struct uls_ring *r, uint64_t pos, const void *src, size_t len);
+
+#endif

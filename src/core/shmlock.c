@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: MIT */
+#include "shmlock.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cpu.h"
+
+/* 0: free, 1: held, 2: held with waiters. */
+
+static uint32_t self_pid(void)
+{
+	return (uint32_t)getpid();
+}
+
+int uls_shmlock_try(_Atomic uint32_t *word, _Atomic uint32_t *owner)
+{
+	uint32_t zero = 0;
+
+	/* Acquire: the holder sees what the previous holder wrote before releasing. */
+	if (atomic_compare_exchange_strong_explicit(word, &zero, 1, memory_order_acquire,
+						    memory_order_relaxed)) {
+		atomic_store_explicit(owner, self_pid(), memory_order_relaxed);
+		return 1;
+	}
+	return 0;
+}
+
+static int owner_dead(_Atomic uint32_t *owner)
+{
+	uint32_t pid = atomic_load_explicit(owner, memory_order_relaxed);
+
+	return pid != 0 && pid != self_pid() && kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+}
+
+void uls_shmlock_acquire(_Atomic uint32_t *word, _Atomic uint32_t *owner)
+{
+	struct timespec ts = {.tv_sec = 0, .tv_nsec = 100 * 1000 * 1000};
+	uint32_t c;
+
+	for (int i = 0; i < 100; i++) {
+		if (uls_shmlock_try(word, owner))
+			return;
+		uls_cpu_relax();
+	}
+	for (;;) {
+		c = atomic_exchange_explicit(word, 2, memory_order_acquire);
+		if (c == 0)
+			break;
+		/* The timeout only serves to notice a holder that died. */
+		if (syscall(SYS_futex, word, FUTEX_WAIT, 2, &ts, NULL, 0) < 0 &&
+		    errno == ETIMEDOUT && owner_dead(owner)) {
+			atomic_store_explicit(word, 2, memory_order_relaxed);
+			break;
+		}
+	}
+	atomic_store_explicit(owner, self_pid(), memory_order_relaxed);
+}
+
+void uls_shmlock_release(_Atomic uint32_t *word, _Atomic uint32_t *owner)
+{
+	atomic_store_explicit(owner, 0, memory_order_relaxed);
+	/* Release: the next holder sees everything written under the lock. */
+	if (atomic_exchange_explicit(word, 0, memory_order_release) == 2)
+		syscall(SYS_futex, word, FUTEX_WAKE, 1, NULL, NULL, 0);
+}

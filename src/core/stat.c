@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: MIT */
+#include "stat.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "../preload/libc.h"
+
+static pthread_mutex_t stat_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct uls_stat_file *stat_map;
+static pid_t stat_pid;
+
+static void stat_path(char *buf, size_t len, pid_t pid)
+{
+	snprintf(buf, len, "/dev/shm/ulsock-stat.%u.%d", (unsigned)getuid(), (int)pid);
+}
+
+static struct uls_stat_file *stat_open(void)
+{
+	char path[96];
+	void *map;
+	int fd;
+
+	if (stat_map && stat_pid == getpid())
+		return stat_map;
+	stat_pid = getpid();
+	stat_map = NULL;
+	stat_path(path, sizeof(path), stat_pid);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return NULL;
+	if (ftruncate(fd, sizeof(struct uls_stat_file)) == 0) {
+		map = mmap(NULL, sizeof(struct uls_stat_file), PROT_READ | PROT_WRITE, MAP_SHARED,
+			   fd, 0);
+		if (map != MAP_FAILED) {
+			stat_map = map;
+			stat_map->pid = (uint32_t)stat_pid;
+			stat_map->nslots = ULS_STAT_SLOTS;
+			stat_map->magic = ULS_STAT_MAGIC;
+		}
+	}
+	uls_libc.close(fd);
+	return stat_map;
+}
+
+struct uls_stat_rec *uls_stat_slot(void)
+{
+	struct uls_stat_rec *r = NULL;
+	struct uls_stat_file *f;
+
+	pthread_mutex_lock(&stat_mu);
+	f = stat_open();
+	for (int i = 0; f && i < ULS_STAT_SLOTS; i++) {
+		if (!atomic_load(&f->rec[i].used)) {
+			r = &f->rec[i];
+			memset(r, 0, sizeof(*r));
+			atomic_store(&r->used, 1);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&stat_mu);
+	return r;
+}
+
+void uls_stat_release(struct uls_stat_rec *r)
+{
+	if (r)
+		atomic_store(&r->used, 0);
+}
+
+void *uls_stat_atfork_child(void)
+{
+	struct uls_stat_file *parent = stat_map;
+
+	/* The parent's file stays the parent's: the child moves its records to its own. */
+	stat_map = NULL;
+	return parent;
+}
+
+void uls_stat_unmap(void *parent)
+{
+	if (parent)
+		munmap(parent, sizeof(struct uls_stat_file));
+}
+
+void uls_stat_fini(void)
+{
+	char path[96];
+
+	if (stat_map && stat_pid == getpid()) {
+		stat_path(path, sizeof(path), stat_pid);
+		unlink(path);
+	}
+}

@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "preload.h"
+#include "../core/config.h"
+#include "../core/conn.h"
+#include "../core/fdtable.h"
+#include "../core/log.h"
+#include "../core/stat.h"
+#include "../transport/shm/segment.h"
+
+int uls_ready;
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+static void atfork_child(void)
+{
+	uls_conn_atfork_child();
+}
+
+static void at_exit(void)
+{
+	uls_stat_fini();
+}
+
+static void do_init(void)
+{
+	uls_libc_init();
+	uls_config_load();
+	if (uls_fdtable_init() < 0)
+		uls_cfg.disabled = 1;
+	pthread_atfork(NULL, NULL, atfork_child);
+	atexit(at_exit);
+	if (!uls_cfg.disabled)
+		uls_seg_sweep();
+	uls_ready = 1;
+	uls_dbg("loaded, profile %s", uls_profile_name(uls_cfg.profile));
+}
+
+void uls_preload_init(void)
+{
+	pthread_once(&init_once, do_init);
+}
+
+__attribute__((constructor)) static void uls_ctor(void)
+{
+	uls_preload_init();
+}

@@ -1,0 +1,247 @@
+/* SPDX-License-Identifier: MIT */
+/* Interposed data calls: every read and write family member ends in uls_conn_recv/send. */
+#include <errno.h>
+#include <limits.h>
+#include <string.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "preload.h"
+#include "../core/conn.h"
+#include "../core/fdtable.h"
+
+extern void __chk_fail(void) __attribute__((noreturn));
+
+/* The conn of fd when some of its data goes through ulsock, else NULL. */
+static inline struct uls_conn *accel(int fd)
+{
+	uls_ensure_init();
+	struct uls_fd *e = uls_fd_get(fd);
+
+	if (!e)
+		return NULL;
+	uint8_t kind = atomic_load_explicit(&e->kind, memory_order_acquire);
+	if (kind == ULS_FD_PLAIN || kind == ULS_FD_TCP || kind == ULS_FD_EPOLL)
+		return NULL;
+	struct uls_conn *c = kind == ULS_FD_CONN ? e->conn : uls_fd_conn(fd);
+	if (!c || atomic_load_explicit(&c->path, memory_order_relaxed) == ULS_PATH_KERNEL)
+		return NULL;
+	return c;
+}
+
+static ssize_t conn_recv_buf(struct uls_conn *c, int fd, void *buf, size_t len, int flags)
+{
+	struct iovec iov = {.iov_base = buf, .iov_len = len};
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+
+	return uls_ret(uls_conn_recv(c, fd, &m, flags));
+}
+
+static ssize_t conn_send_buf(struct uls_conn *c, int fd, const void *buf, size_t len, int flags)
+{
+	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+
+	return uls_ret(uls_conn_send(c, fd, &iov, 1, flags));
+}
+
+#define UNSUPPORTED_FLAGS (MSG_OOB | MSG_ERRQUEUE)
+
+ULS_EXPORT ssize_t read(int fd, void *buf, size_t len)
+{
+	struct uls_conn *c = accel(fd);
+	return c ? conn_recv_buf(c, fd, buf, len, 0) : uls_libc.read(fd, buf, len);
+}
+
+ULS_EXPORT ssize_t write(int fd, const void *buf, size_t len)
+{
+	struct uls_conn *c = accel(fd);
+	return c ? conn_send_buf(c, fd, buf, len, 0) : uls_libc.write(fd, buf, len);
+}
+
+ULS_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
+{
+	struct uls_conn *c = accel(fd);
+	struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
+
+	if (!c)
+		return uls_libc.readv(fd, iov, iovcnt);
+	if (iovcnt < 0 || iovcnt > IOV_MAX)
+		return uls_ret(-EINVAL);
+	return uls_ret(uls_conn_recv(c, fd, &m, 0));
+}
+
+ULS_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
+{
+	struct uls_conn *c = accel(fd);
+
+	if (!c)
+		return uls_libc.writev(fd, iov, iovcnt);
+	if (iovcnt < 0 || iovcnt > IOV_MAX)
+		return uls_ret(-EINVAL);
+	return uls_ret(uls_conn_send(c, fd, iov, iovcnt, 0));
+}
+
+ULS_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
+{
+	struct uls_conn *c = accel(fd);
+
+	if (!c || (flags & UNSUPPORTED_FLAGS))
+		return uls_libc.recv(fd, buf, len, flags);
+	return conn_recv_buf(c, fd, buf, len, flags);
+}
+
+ULS_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
+{
+	struct uls_conn *c = accel(fd);
+
+	if (!c)
+		return uls_libc.send(fd, buf, len, flags);
+	if (flags & UNSUPPORTED_FLAGS)
+		return uls_ret(-EOPNOTSUPP);
+	return conn_send_buf(c, fd, buf, len, flags);
+}
+
+ULS_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *addr,
+			    socklen_t *alen)
+{
+	struct uls_conn *c = accel(fd);
+
+	if (!c || (flags & UNSUPPORTED_FLAGS))
+		return uls_libc.recvfrom(fd, buf, len, flags, addr, alen);
+	/* A connected stream socket reports no source address, as TCP does. */
+	if (addr && alen)
+		*alen = 0;
+	return conn_recv_buf(c, fd, buf, len, flags);
+}
+
+ULS_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
+			  const struct sockaddr *addr, socklen_t alen)
+{
+	struct uls_conn *c = accel(fd);
+
+	if (!c)
+		return uls_libc.sendto(fd, buf, len, flags, addr, alen);
+	if (flags & UNSUPPORTED_FLAGS)
+		return uls_ret(-EOPNOTSUPP);
+	return conn_send_buf(c, fd, buf, len, flags);
+}
+
+ULS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
+{
+	struct uls_conn *c = accel(fd);
+
+	if (!c || (flags & UNSUPPORTED_FLAGS))
+		return uls_libc.recvmsg(fd, msg, flags);
+	msg->msg_namelen = 0;
+	msg->msg_controllen = 0;
+	return uls_ret(uls_conn_recv(c, fd, msg, flags & ~MSG_CMSG_CLOEXEC));
+}
+
+ULS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+	struct uls_conn *c = accel(fd);
+
+	if (!c || msg->msg_controllen)
+		return uls_libc.sendmsg(fd, msg, flags);
+	if (flags & UNSUPPORTED_FLAGS)
+		return uls_ret(-EOPNOTSUPP);
+	return uls_ret(uls_conn_send(c, fd, msg->msg_iov, (int)msg->msg_iovlen, flags));
+}
+
+ULS_EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags,
+			struct timespec *timeout)
+{
+	struct uls_conn *c = accel(fd);
+	unsigned int i;
+
+	if (!c)
+		return uls_libc.recvmmsg(fd, v, n, flags, timeout);
+	for (i = 0; i < n; i++) {
+		int f = flags & ~MSG_WAITFORONE;
+		if (i > 0 && (flags & MSG_WAITFORONE))
+			f |= MSG_DONTWAIT;
+		ssize_t r = recvmsg(fd, &v[i].msg_hdr, f);
+		if (r < 0)
+			return i ? (int)i : -1;
+		v[i].msg_len = (unsigned int)r;
+		if (r == 0)
+			return (int)i + 1;
+	}
+	return (int)i;
+}
+
+ULS_EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags)
+{
+	struct uls_conn *c = accel(fd);
+	unsigned int i;
+
+	if (!c)
+		return uls_libc.sendmmsg(fd, v, n, flags);
+	for (i = 0; i < n; i++) {
+		ssize_t r = sendmsg(fd, &v[i].msg_hdr, flags);
+		if (r < 0)
+			return i ? (int)i : -1;
+		v[i].msg_len = (unsigned int)r;
+	}
+	return (int)i;
+}
+
+ULS_EXPORT ssize_t sendfile(int out, int in, off_t *offset, size_t count)
+{
+	struct uls_conn *c = accel(out);
+	char buf[65536];
+	size_t done = 0;
+
+	if (!c)
+		return uls_libc.sendfile(out, in, offset, count);
+	while (done < count) {
+		size_t want = count - done < sizeof(buf) ? count - done : sizeof(buf);
+		ssize_t n = offset ? pread(in, buf, want, *offset) : uls_libc.read(in, buf, want);
+		if (n < 0)
+			return done ? (ssize_t)done : -1;
+		if (n == 0)
+			break;
+		ssize_t w = conn_send_buf(c, out, buf, (size_t)n, 0);
+		if (w < 0) {
+			if (!offset && done == 0)
+				return -1;
+			return done ? (ssize_t)done : -1;
+		}
+		if (offset)
+			*offset += w;
+		else if (w < n)
+			lseek(in, (off_t)w - n, SEEK_CUR);
+		done += (size_t)w;
+		if (w < n)
+			break;
+	}
+	return (ssize_t)done;
+}
+
+ULS_EXPORT ssize_t sendfile64(int out, int in, off_t *offset, size_t count)
+{
+	return sendfile(out, in, offset, count);
+}
+
+ULS_EXPORT ssize_t __read_chk(int fd, void *buf, size_t len, size_t buflen)
+{
+	if (len > buflen)
+		__chk_fail();
+	return read(fd, buf, len);
+}
+
+ULS_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t len, size_t buflen, int flags)
+{
+	if (len > buflen)
+		__chk_fail();
+	return recv(fd, buf, len, flags);
+}
+
+ULS_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int flags,
+				  struct sockaddr *addr, socklen_t *alen)
+{
+	if (len > buflen)
+		__chk_fail();
+	return recvfrom(fd, buf, len, flags, addr, alen);
+}

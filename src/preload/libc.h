@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The real libc functions behind every interposed symbol, resolved once with
+ * dlsym(RTLD_NEXT) under pthread_once. The core calls these for its own socket work.
+ */
+#ifndef ULS_LIBC_H
+#define ULS_LIBC_H
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <time.h>
+
+struct mmsghdr;
+
+#define ULS_LIBC_FUNCS(X)                                                                  \
+	X(int, socket, (int, int, int))                                                    \
+	X(int, connect, (int, const struct sockaddr *, socklen_t))                         \
+	X(int, accept, (int, struct sockaddr *, socklen_t *))                              \
+	X(int, accept4, (int, struct sockaddr *, socklen_t *, int))                        \
+	X(ssize_t, read, (int, void *, size_t))                                            \
+	X(ssize_t, write, (int, const void *, size_t))                                     \
+	X(ssize_t, readv, (int, const struct iovec *, int))                                \
+	X(ssize_t, writev, (int, const struct iovec *, int))                               \
+	X(ssize_t, send, (int, const void *, size_t, int))                                 \
+	X(ssize_t, recv, (int, void *, size_t, int))                                       \
+	X(ssize_t, sendto, (int, const void *, size_t, int, const struct sockaddr *,       \
+			    socklen_t))                                                    \
+	X(ssize_t, recvfrom, (int, void *, size_t, int, struct sockaddr *, socklen_t *))  \
+	X(ssize_t, sendmsg, (int, const struct msghdr *, int))                             \
+	X(ssize_t, recvmsg, (int, struct msghdr *, int))                                   \
+	X(int, sendmmsg, (int, struct mmsghdr *, unsigned int, int))                       \
+	X(int, recvmmsg, (int, struct mmsghdr *, unsigned int, int, struct timespec *))    \
+	X(ssize_t, sendfile, (int, int, off_t *, size_t))                                  \
+	X(int, close, (int))                                                               \
+	X(int, shutdown, (int, int))                                                       \
+	X(int, getsockopt, (int, int, int, void *, socklen_t *))                           \
+	X(int, setsockopt, (int, int, int, const void *, socklen_t))                       \
+	X(int, fcntl, (int, int, ...))                                                     \
+	X(int, ioctl, (int, unsigned long, ...))                                           \
+	X(int, dup, (int))                                                                 \
+	X(int, dup2, (int, int))                                                           \
+	X(int, dup3, (int, int, int))                                                      \
+	X(int, poll, (struct pollfd *, nfds_t, int))                                       \
+	X(int, ppoll, (struct pollfd *, nfds_t, const struct timespec *, const sigset_t *)) \
+	X(int, select, (int, fd_set *, fd_set *, fd_set *, struct timeval *))              \
+	X(int, pselect, (int, fd_set *, fd_set *, fd_set *, const struct timespec *,      \
+			 const sigset_t *))                                                \
+	X(int, epoll_create, (int))                                                        \
+	X(int, epoll_create1, (int))                                                       \
+	X(int, epoll_ctl, (int, int, int, struct epoll_event *))                           \
+	X(int, epoll_wait, (int, struct epoll_event *, int, int))                          \
+	X(int, epoll_pwait, (int, struct epoll_event *, int, int, const sigset_t *))       \
+	X(pid_t, fork, (void))
+
+#define ULS_LIBC_FIELD(ret, name, args) ret(*name) args;
+struct uls_libc {
+	ULS_LIBC_FUNCS(ULS_LIBC_FIELD)
+};
+#undef ULS_LIBC_FIELD
+
+extern struct uls_libc uls_libc;
+
+/* Resolves the table; safe to call from any thread, any number of times. */
+void uls_libc_init(void);
+
+#endif

@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: MIT */
+/* Shared by the interposer files: start-up and libc's error convention. */
+#ifndef ULS_PRELOAD_H
+#define ULS_PRELOAD_H
+
+#include <errno.h>
+#include <sys/types.h>
+
+#include "libc.h"
+
+#define ULS_EXPORT __attribute__((visibility("default")))
+
+struct sockaddr;
+struct pollfd;
+/* Interposed names that glibc's headers do not declare in this build. */
+int fcntl64(int fd, int cmd, ...);
+ssize_t sendfile64(int out, int in, long *offset, size_t count);
+ssize_t __read_chk(int fd, void *buf, size_t len, size_t buflen);
+ssize_t __recv_chk(int fd, void *buf, size_t len, size_t buflen, int flags);
+ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int flags,
+		       struct sockaddr *addr, unsigned int *alen);
+int __poll_chk(struct pollfd *fds, unsigned long n, int timeout, size_t fdslen);
+
+/* Resolves libc and loads the configuration; cheap after the first call. */
+void uls_preload_init(void);
+extern int uls_ready;
+
+static inline void uls_ensure_init(void)
+{
+	if (__builtin_expect(!uls_ready, 0))
+		uls_preload_init();
+}
+
+/* Turns the core's -errno convention into libc's -1 and errno. */
+static inline ssize_t uls_ret(ssize_t r)
+{
+	if (r < 0) {
+		errno = (int)-r;
+		return -1;
+	}
+	return r;
+}
+
+#endif

@@ -1,0 +1,323 @@
+/* SPDX-License-Identifier: MIT */
+/* Interposed set-up, teardown, option and descriptor calls. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <linux/sockios.h>
+#include <unistd.h>
+
+#include "preload.h"
+#include "../core/config.h"
+#include "../core/conn.h"
+#include "../core/event.h"
+#include "../core/fdtable.h"
+
+static int is_tcp(int domain, int type, int protocol)
+{
+	int base = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+	return (domain == AF_INET || domain == AF_INET6) && base == SOCK_STREAM &&
+	       (protocol == 0 || protocol == IPPROTO_TCP);
+}
+
+ULS_EXPORT int socket(int domain, int type, int protocol)
+{
+	uls_ensure_init();
+	int fd = uls_libc.socket(domain, type, protocol);
+	struct uls_fd *e = uls_fd_get(fd);
+
+	if (e) {
+		uls_fd_clear(fd);
+		e->nonblock = (type & SOCK_NONBLOCK) != 0;
+		atomic_store(&e->kind, is_tcp(domain, type, protocol) ? ULS_FD_TCP : ULS_FD_PLAIN);
+	}
+	return fd;
+}
+
+static uint64_t ring_size_for(uint32_t requested)
+{
+	uint64_t s = uls_cfg.ring_size;
+
+	if (requested) {
+		s = ULS_RING_MIN;
+		while (s < requested && s < ULS_RING_MAX)
+			s <<= 1;
+	}
+	return s;
+}
+
+ULS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	uls_ensure_init();
+	struct uls_fd *e = uls_fd_classify(fd);
+	struct uls_conn *c = NULL;
+	char reason[96] = "";
+	int r, err;
+
+	if (!e || atomic_load(&e->kind) != ULS_FD_TCP || !addr ||
+	    (addr->sa_family != AF_INET && addr->sa_family != AF_INET6))
+		return uls_libc.connect(fd, addr, len);
+	c = uls_conn_connect_prepare(fd, addr, ring_size_for(e->sndbuf), ring_size_for(e->rcvbuf),
+				     reason, sizeof(reason));
+	r = uls_libc.connect(fd, addr, len);
+	err = r < 0 ? errno : 0;
+	if (c) {
+		uls_conn_connect_done(c, fd, err);
+		if (err && err != EINPROGRESS)
+			c = NULL;
+	} else if (!err || err == EINPROGRESS) {
+		c = uls_conn_alloc();
+		if (c) {
+			c->role = ULS_CLIENT;
+			memcpy(&c->peer_sa, addr, len < sizeof(c->peer_sa) ? len : sizeof(c->peer_sa));
+			uls_conn_connect_done(c, fd, 0);
+			uls_conn_set_kernel(c, fd, reason);
+		}
+	}
+	if (c) {
+		atomic_store(&c->nonblock, e->nonblock);
+		c->rcvtimeo_ns = e->rcvtimeo_ns;
+		c->sndtimeo_ns = e->sndtimeo_ns;
+		e->conn = c;
+		atomic_store(&e->kind, ULS_FD_CONN);
+	}
+	errno = err;
+	return r;
+}
+
+static int after_accept(int fd, int flags)
+{
+	struct uls_fd *e = uls_fd_get(fd);
+	struct uls_conn *c;
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	if (!e)
+		return fd;
+	uls_fd_clear(fd);
+	if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
+	    (ss.ss_family != AF_INET && ss.ss_family != AF_INET6)) {
+		atomic_store(&e->kind, ULS_FD_PLAIN);
+		return fd;
+	}
+	c = uls_conn_accept(fd);
+	if (!c) {
+		atomic_store(&e->kind, ULS_FD_PLAIN);
+		return fd;
+	}
+	atomic_store(&c->nonblock, (flags & SOCK_NONBLOCK) != 0);
+	e->conn = c;
+	atomic_store(&e->kind, ULS_FD_CONN);
+	return fd;
+}
+
+ULS_EXPORT int accept(int lfd, struct sockaddr *addr, socklen_t *len)
+{
+	uls_ensure_init();
+	int fd = uls_libc.accept(lfd, addr, len);
+	return fd < 0 ? fd : after_accept(fd, 0);
+}
+
+ULS_EXPORT int accept4(int lfd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+	uls_ensure_init();
+	int fd = uls_libc.accept4(lfd, addr, len, flags);
+	return fd < 0 ? fd : after_accept(fd, flags);
+}
+
+static void forget(int fd)
+{
+	struct uls_fd *e = uls_fd_get(fd);
+
+	if (e && atomic_load(&e->kind) == ULS_FD_EPOLL && e->ep)
+		uls_epoll_put(e->ep);
+	uls_epoll_forget_fd(fd);
+	uls_fd_clear(fd);
+}
+
+ULS_EXPORT int close(int fd)
+{
+	uls_ensure_init();
+	struct uls_fd *e = uls_fd_get(fd);
+	struct uls_conn *c;
+
+	if (!e || atomic_load(&e->kind) != ULS_FD_CONN || !e->conn) {
+		forget(fd);
+		return uls_libc.close(fd);
+	}
+	c = e->conn;
+	forget(fd);
+	return uls_conn_close(c, fd, 1);
+}
+
+ULS_EXPORT int shutdown(int fd, int how)
+{
+	uls_ensure_init();
+	struct uls_conn *c = uls_fd_conn(fd);
+
+	if (!c || uls_conn_kernel_parts(c) == (ULS_KERNEL_RX | ULS_KERNEL_TX))
+		return uls_libc.shutdown(fd, how);
+	return (int)uls_ret(uls_conn_shutdown(c, fd, how));
+}
+
+static uint64_t tv_ns(const void *val, socklen_t len)
+{
+	const struct timeval *tv = val;
+
+	if (!val || len < sizeof(*tv))
+		return 0;
+	return (uint64_t)tv->tv_sec * 1000000000u + (uint64_t)tv->tv_usec * 1000u;
+}
+
+ULS_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+	uls_ensure_init();
+	int r = uls_libc.setsockopt(fd, level, name, val, len);
+	struct uls_fd *e;
+
+	if (r < 0 || level != SOL_SOCKET)
+		return r;
+	e = uls_fd_get(fd);
+	if (!e)
+		return r;
+	uint8_t kind = atomic_load(&e->kind);
+	if (kind != ULS_FD_TCP && kind != ULS_FD_CONN)
+		return r;
+	/* Kernel options stay the kernel's; ulsock also sizes rings and timeouts from them. */
+	if ((name == SO_SNDBUF || name == SO_RCVBUF) && val && len >= sizeof(int)) {
+		int v = *(const int *)val;
+		if (name == SO_SNDBUF)
+			e->sndbuf = v > 0 ? (uint32_t)v : 0;
+		else
+			e->rcvbuf = v > 0 ? (uint32_t)v : 0;
+	} else if (name == SO_RCVTIMEO || name == SO_SNDTIMEO) {
+		uint64_t ns = tv_ns(val, len);
+		if (name == SO_RCVTIMEO)
+			e->rcvtimeo_ns = ns;
+		else
+			e->sndtimeo_ns = ns;
+		if (kind == ULS_FD_CONN && e->conn) {
+			if (name == SO_RCVTIMEO)
+				e->conn->rcvtimeo_ns = ns;
+			else
+				e->conn->sndtimeo_ns = ns;
+		}
+	}
+	return r;
+}
+
+static void set_nonblock(int fd, int on)
+{
+	struct uls_fd *e = uls_fd_get(fd);
+
+	if (!e)
+		return;
+	e->nonblock = (uint8_t)on;
+	if (atomic_load(&e->kind) == ULS_FD_CONN && e->conn)
+		atomic_store(&e->conn->nonblock, on);
+}
+
+static int dup_result(int oldfd, int newfd)
+{
+	if (newfd >= 0)
+		uls_fd_dup(oldfd, newfd);
+	return newfd;
+}
+
+ULS_EXPORT int fcntl(int fd, int cmd, ...)
+{
+	uls_ensure_init();
+	va_list ap;
+	long arg;
+	int r;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, long);
+	va_end(ap);
+	r = uls_libc.fcntl(fd, cmd, arg);
+	if (r < 0)
+		return r;
+	if (cmd == F_SETFL)
+		set_nonblock(fd, (arg & O_NONBLOCK) != 0);
+	else if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
+		dup_result(fd, r);
+	return r;
+}
+
+ULS_EXPORT int fcntl64(int fd, int cmd, ...)
+{
+	va_list ap;
+	long arg;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, long);
+	va_end(ap);
+	return fcntl(fd, cmd, arg);
+}
+
+ULS_EXPORT int ioctl(int fd, unsigned long req, ...)
+{
+	uls_ensure_init();
+	va_list ap;
+	void *arg;
+	struct uls_conn *c;
+
+	va_start(ap, req);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	if (req == FIONREAD || req == SIOCOUTQ) {
+		c = uls_fd_conn(fd);
+		if (c && uls_conn_kernel_parts(c) != (ULS_KERNEL_RX | ULS_KERNEL_TX) && arg)
+			return (int)uls_ret(req == FIONREAD ? uls_conn_inq(c, fd, arg)
+							    : uls_conn_outq(c, arg));
+	}
+	int r = uls_libc.ioctl(fd, req, arg);
+	if (r == 0 && req == FIONBIO && arg)
+		set_nonblock(fd, *(int *)arg != 0);
+	return r;
+}
+
+ULS_EXPORT int dup(int fd)
+{
+	uls_ensure_init();
+	return dup_result(fd, uls_libc.dup(fd));
+}
+
+/* dup2 and dup3 close newfd first, inside the kernel: drop what ulsock held for it. */
+static void before_replace(int oldfd, int newfd)
+{
+	struct uls_fd *e = uls_fd_get(newfd);
+
+	if (oldfd == newfd || !e)
+		return;
+	if (atomic_load(&e->kind) == ULS_FD_CONN && e->conn) {
+		struct uls_conn *c = e->conn;
+		forget(newfd);
+		uls_conn_close(c, newfd, 0);
+		return;
+	}
+	forget(newfd);
+}
+
+ULS_EXPORT int dup2(int oldfd, int newfd)
+{
+	uls_ensure_init();
+	if (fcntl(oldfd, F_GETFD) < 0)
+		return -1;
+	before_replace(oldfd, newfd);
+	int r = uls_libc.dup2(oldfd, newfd);
+	return oldfd == newfd ? r : dup_result(oldfd, r);
+}
+
+ULS_EXPORT int dup3(int oldfd, int newfd, int flags)
+{
+	uls_ensure_init();
+	if (oldfd != newfd && fcntl(oldfd, F_GETFD) >= 0)
+		before_replace(oldfd, newfd);
+	return dup_result(oldfd, uls_libc.dup3(oldfd, newfd, flags));
+}

@@ -1,0 +1,206 @@
+/* SPDX-License-Identifier: MIT */
+#include "segment.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../core/config.h"
+#include "../../preload/libc.h"
+
+#define SHM_DIR "/dev/shm"
+
+void uls_seg_path(char *buf, size_t len, uint64_t ino)
+{
+	snprintf(buf, len, SHM_DIR "/ulsock.%u.%llu", (unsigned)getuid(), (unsigned long long)ino);
+}
+
+static uint64_t layout_total(uint64_t c2s, uint64_t s2c)
+{
+	return ULS_SEG_HDR_SIZE + c2s + s2c;
+}
+
+/* Sets up the process-local ring views from sizes this process has validated. */
+static void seg_bind(struct uls_seg *seg, void *map, size_t size, uint64_t c2s, uint64_t s2c)
+{
+	uint8_t *base = map;
+
+	seg->hdr = map;
+	seg->map_size = size;
+	uls_ring_init(&seg->ring[ULS_C2S], &seg->hdr->ring[ULS_C2S], base + ULS_SEG_HDR_SIZE, c2s);
+	uls_ring_init(&seg->ring[ULS_S2C], &seg->hdr->ring[ULS_S2C], base + ULS_SEG_HDR_SIZE + c2s,
+		      s2c);
+}
+
+int uls_seg_create(struct uls_seg *seg, uint64_t ino, uint64_t cookie, uint64_t c2s_size,
+		   uint64_t s2c_size)
+{
+	char path[96];
+	uint64_t total = layout_total(c2s_size, s2c_size);
+	struct uls_seg_ident *id;
+	void *map;
+	int fd, err;
+
+	if (!uls_ring_size_valid(c2s_size) || !uls_ring_size_valid(s2c_size))
+		return -EINVAL;
+	uls_seg_path(path, sizeof(path), ino);
+	/* A file with this name is left over from a dead socket with the same inode. */
+	unlink(path);
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)total) < 0) {
+		err = -errno;
+		goto err_unlink;
+	}
+	map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED) {
+		err = -errno;
+		goto err_unlink;
+	}
+	uls_libc.close(fd);
+
+	id = map;
+	id->version = ULS_SEG_VERSION;
+	id->hdr_size = ULS_SEG_HDR_SIZE;
+	id->total_size = total;
+	id->ring_off[ULS_C2S] = ULS_SEG_HDR_SIZE;
+	id->ring_off[ULS_S2C] = ULS_SEG_HDR_SIZE + c2s_size;
+	id->ring_size[ULS_C2S] = c2s_size;
+	id->ring_size[ULS_S2C] = s2c_size;
+	id->client_ino = ino;
+	id->client_cookie = cookie;
+	id->client_uid = (uint32_t)getuid();
+	id->client_pid = (uint32_t)getpid();
+	/* Release: a server that sees the magic sees a complete identity. */
+	atomic_store_explicit((_Atomic uint64_t *)&id->magic, ULS_SEG_MAGIC, memory_order_release);
+	seg_bind(seg, map, total, c2s_size, s2c_size);
+	seg->ino = ino;
+	return 0;
+
+err_unlink:
+	unlink(path);
+	uls_libc.close(fd);
+	return err;
+}
+
+/* Checks what the creator wrote against the layout this process computes itself. */
+static int ident_valid(const struct uls_seg_ident *id, uint64_t ino, uint64_t cookie,
+		       size_t file_size)
+{
+	uint64_t c2s = id->ring_size[ULS_C2S], s2c = id->ring_size[ULS_S2C];
+
+	if (atomic_load_explicit((_Atomic uint64_t *)&id->magic, memory_order_acquire) !=
+		    ULS_SEG_MAGIC ||
+	    id->version != ULS_SEG_VERSION || id->hdr_size != ULS_SEG_HDR_SIZE)
+		return 0;
+	if (!uls_ring_size_valid(c2s) || !uls_ring_size_valid(s2c))
+		return 0;
+	if (id->total_size != layout_total(c2s, s2c) || id->total_size != file_size)
+		return 0;
+	if (id->ring_off[ULS_C2S] != ULS_SEG_HDR_SIZE ||
+	    id->ring_off[ULS_S2C] != ULS_SEG_HDR_SIZE + c2s)
+		return 0;
+	return id->client_ino == ino && id->client_cookie == cookie;
+}
+
+int uls_seg_open(struct uls_seg *seg, uint64_t ino, uint64_t cookie)
+{
+	char path[96];
+	struct uls_seg_ident id;
+	struct stat st;
+	void *map;
+	int fd, err;
+
+	uls_seg_path(path, sizeof(path), ino);
+	fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0) {
+		err = -errno;
+		goto err_close;
+	}
+	err = -EPERM;
+	if (!S_ISREG(st.st_mode) || !uls_config_uid_trusted(st.st_uid))
+		goto err_close;
+	err = -EPROTO;
+	if (st.st_size < (off_t)ULS_SEG_HDR_SIZE || st.st_size > (off_t)(2 * ULS_RING_MAX + 4096))
+		goto err_close;
+	/* Read the identity once with pread, then map: what was validated is what we use. */
+	if (pread(fd, &id, sizeof(id), 0) != (ssize_t)sizeof(id))
+		goto err_close;
+	if (!ident_valid(&id, ino, cookie, (size_t)st.st_size))
+		goto err_close;
+	map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED) {
+		err = -errno;
+		goto err_close;
+	}
+	uls_libc.close(fd);
+	seg_bind(seg, map, (size_t)st.st_size, id.ring_size[ULS_C2S], id.ring_size[ULS_S2C]);
+	seg->ino = ino;
+	return 0;
+
+err_close:
+	uls_libc.close(fd);
+	return err;
+}
+
+void uls_seg_unmap(struct uls_seg *seg)
+{
+	if (seg && seg->hdr)
+		munmap(seg->hdr, seg->map_size);
+	if (seg)
+		memset(seg, 0, sizeof(*seg));
+}
+
+void uls_seg_unlink(uint64_t ino)
+{
+	char path[96];
+
+	uls_seg_path(path, sizeof(path), ino);
+	unlink(path);
+}
+
+static int pid_gone(uint32_t pid)
+{
+	return pid == 0 || (kill((pid_t)pid, 0) < 0 && errno == ESRCH);
+}
+
+int uls_seg_sweep(void)
+{
+	char prefix[32], path[300];
+	struct uls_seg_hdr hdr;
+	struct dirent *de;
+	DIR *dir;
+	int n = 0, fd;
+
+	snprintf(prefix, sizeof(prefix), "ulsock.%u.", (unsigned)getuid());
+	dir = opendir(SHM_DIR);
+	if (!dir)
+		return 0;
+	while ((de = readdir(dir)) != NULL) {
+		if (strncmp(de->d_name, prefix, strlen(prefix)) != 0)
+			continue;
+		snprintf(path, sizeof(path), SHM_DIR "/%s", de->d_name);
+		fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (pread(fd, &hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr) &&
+		    pid_gone(hdr.id.client_pid) && pid_gone(hdr.side[ULS_CLIENT].pid) &&
+		    pid_gone(hdr.side[ULS_SERVER].pid)) {
+			unlink(path);
+			n++;
+		}
+		uls_libc.close(fd);
+	}
+	closedir(dir);
+	return n;
+}

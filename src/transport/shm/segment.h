@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The shared-memory segment of one accelerated connection: a header page followed by two
+ * rings, client-to-server and server-to-client. The client creates it as a file in
+ * /dev/shm named after its TCP socket's inode, before it calls connect(); the server finds
+ * it after accept() through the inode the kernel reports for the peer socket. See
+ * docs/protocol.md for the layout and the handshake.
+ *
+ * This is an ABI between two processes: fixed-width fields, explicit alignment, no
+ * pointers. Every field can be written by the peer, so readers validate what they use.
+ */
+#ifndef ULS_SEGMENT_H
+#define ULS_SEGMENT_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../../core/ring.h"
+
+#define ULS_SEG_MAGIC 0x0031474553534c55ULL /* "ULSSEG1" */
+#define ULS_SEG_VERSION 1u
+#define ULS_SEG_HDR_SIZE 4096u
+
+enum { ULS_CLIENT = 0, ULS_SERVER = 1 };
+enum { ULS_C2S = 0, ULS_S2C = 1 };
+
+/* Side state flags. */
+#define ULS_SIDE_ATTACHED 0x1u /* server: the server uses the rings (set once, first) */
+#define ULS_SIDE_DECLINED 0x2u /* server: it found the segment but stays on TCP */
+#define ULS_SIDE_CLOSED 0x4u   /* no process of this side holds the connection any more */
+
+/* Written once by the client before connect(); read-only afterwards. */
+struct uls_seg_ident {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t hdr_size;
+	uint64_t total_size;
+	uint64_t ring_off[2];
+	uint64_t ring_size[2];
+	uint64_t client_ino;    /* inode of the client's TCP socket */
+	uint64_t client_cookie; /* SO_COOKIE of the client's TCP socket */
+	uint32_t client_uid;
+	uint32_t client_pid;
+	uint8_t pad[128 - 80];
+};
+_Static_assert(sizeof(struct uls_seg_ident) == 128, "ident size");
+
+/* Written only by the processes of one side. */
+struct uls_side {
+	/* Line 0: locks serializing this side's threads and processes, per direction. */
+	_Alignas(ULS_CACHELINE) _Atomic uint32_t lock[2]; /* [0] send, [1] receive */
+	_Atomic uint32_t lock_owner[2];                   /* pid holding each lock */
+	uint8_t pad0[ULS_CACHELINE - 16];
+	/* Line 1: state the peer reads. */
+	_Alignas(ULS_CACHELINE) _Atomic uint32_t state; /* ULS_SIDE_* */
+	_Atomic uint32_t refs;       /* processes of this side mapping the segment */
+	_Atomic uint32_t pid;        /* last process of this side to attach */
+	_Atomic uint32_t reason;     /* why the server declined (enum uls_reason) */
+	_Atomic uint64_t cookie;     /* SO_COOKIE of this side's TCP socket */
+	_Atomic uint64_t tcp_data;   /* client: data bytes sent on TCP; server: consumed */
+	_Atomic uint64_t switch_pos; /* client: TCP data bytes before the ring takes over */
+	_Atomic uint32_t switched;   /* client: 1 once switch_pos is valid */
+	_Atomic uint32_t pad1;
+	_Atomic uint64_t tokens_sent; /* wake-up bytes this side put on its TCP direction */
+	uint8_t pad2[ULS_CACHELINE - 56];
+	/* Line 2: counters for `ulsock stat`. */
+	_Alignas(ULS_CACHELINE) _Atomic uint64_t tx_bytes;
+	_Atomic uint64_t rx_bytes;
+	_Atomic uint64_t tokens_seen; /* wake-up bytes consumed from the peer */
+	uint8_t pad3[ULS_CACHELINE - 24];
+};
+_Static_assert(sizeof(struct uls_side) == 3 * ULS_CACHELINE, "side size");
+
+struct uls_seg_hdr {
+	struct uls_seg_ident id;
+	struct uls_side side[2];           /* [ULS_CLIENT], [ULS_SERVER] */
+	struct uls_ring_shared ring[2];    /* [ULS_C2S], [ULS_S2C] */
+};
+_Static_assert(sizeof(struct uls_seg_hdr) <= ULS_SEG_HDR_SIZE, "header fits its page");
+
+/* A process's mapping of one segment. */
+struct uls_seg {
+	struct uls_seg_hdr *hdr;
+	size_t map_size;
+	struct uls_ring ring[2];
+	uint64_t ino; /* the client socket inode that names the file */
+};
+
+/*
+ * Creates the segment for a client socket (inode ino, cookie) with the given ring sizes.
+ * Returns 0 or -errno.
+ */
+int uls_seg_create(struct uls_seg *seg, uint64_t ino, uint64_t cookie, uint64_t c2s_size,
+		   uint64_t s2c_size);
+
+/*
+ * Maps an existing segment named by the client inode, owned by one of the trusted uids,
+ * and validates its identity against the cookie the kernel reported for the client socket.
+ * Returns 0, -ENOENT when there is none, or another -errno (-EPROTO: invalid contents).
+ */
+int uls_seg_open(struct uls_seg *seg, uint64_t ino, uint64_t cookie);
+
+/* Unmaps; accepts a zeroed seg. */
+void uls_seg_unmap(struct uls_seg *seg);
+
+/* Removes the file name; the mapping stays valid. */
+void uls_seg_unlink(uint64_t ino);
+
+/* Writes the file name of the segment for inode ino into buf. */
+void uls_seg_path(char *buf, size_t len, uint64_t ino);
+
+/* Removes segments of this user whose processes are all gone; returns how many. */
+int uls_seg_sweep(void);
+
+#endif
