@@ -54,18 +54,7 @@ static void load_log(void)
 	for (int i = 0; lvl && i < 4; i++)
 		if (strcmp(lvl, levels[i]) == 0)
 			uls_cfg.log_level = (enum uls_log_level)i;
-	if (file && *file) {
-		int fd = open(file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-		if (fd >= 0) {
-			/* Keep the log out of the way of descriptors the program picks. */
-			int hi = fcntl(fd, F_DUPFD_CLOEXEC, 900);
-			if (hi >= 0) {
-				close(fd);
-				fd = hi;
-			}
-			uls_cfg.log_fd = fd;
-		}
-	}
+	uls_cfg.log_file = file && *file ? file : NULL;
 }
 
 static void load_trusted(void)

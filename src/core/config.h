@@ -15,6 +15,7 @@ struct uls_config {
 	enum uls_profile profile;
 	enum uls_log_level log_level;
 	int log_fd;
+	const char *log_file; /* ULSOCK_LOG_FILE, opened by uls_log_open */
 	uint64_t ring_size; /* default bytes per direction */
 	int64_t spin_ns;    /* spin before sleeping; -1: without limit */
 	int disabled;       /* ULSOCK_DISABLE: never accelerate */

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,6 +119,16 @@ void uls_conn_log_path(struct uls_conn *c, int fd)
 			 c->reason);
 }
 
+void uls_conn_nodelay(struct uls_conn *c, int fd)
+{
+	int one = 1, cur = 0;
+	socklen_t len = sizeof(cur);
+
+	if (uls_libc.getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &cur, &len) == 0)
+		atomic_store(&c->app_nodelay, cur);
+	uls_libc.setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
 void uls_conn_set_kernel(struct uls_conn *c, int fd, const char *reason)
 {
 	pthread_mutex_lock(&c->mu);
@@ -214,6 +225,7 @@ static const char *server_attach(struct uls_conn *c, int fd, char *why, size_t w
 	bind_role(c, ULS_SERVER);
 	atomic_store(&c->me->cookie, uls_sock_cookie(fd));
 	/* Release: a client that sees ATTACHED sees the cookie, and every later ring write. */
+	uls_conn_nodelay(c, fd);
 	atomic_fetch_or_explicit(&c->me->state, ULS_SIDE_ATTACHED, memory_order_seq_cst);
 	atomic_store(&c->path, ULS_PATH_SHM);
 	return NULL;

@@ -41,6 +41,7 @@ struct uls_conn {
 	char local[64], peername[64];
 	char reason[96];
 	int logged;
+	_Atomic int app_nodelay; /* TCP_NODELAY as the program set it (the kernel's is 1) */
 	struct uls_stat_rec *stat;
 	struct uls_conn *next; /* process-wide list */
 };
@@ -65,6 +66,8 @@ struct uls_conn *uls_conn_accept(int fd);
 /* A socket this process did not create or accept (exec, SCM_RIGHTS): finds its segment. */
 struct uls_conn *uls_conn_adopt(int fd);
 
+/* Wake-up bytes must not wait for Nagle: the kernel socket gets TCP_NODELAY. */
+void uls_conn_nodelay(struct uls_conn *c, int fd);
 void uls_conn_set_kernel(struct uls_conn *c, int fd, const char *reason);
 void uls_conn_log_path(struct uls_conn *c, int fd);
 

@@ -127,6 +127,7 @@ void uls_conn_drain(struct uls_conn *c, int fd)
 /* The client moves its sending direction onto the ring. Caller holds the send lock. */
 static void client_switch(struct uls_conn *c, int fd)
 {
+	uls_conn_nodelay(c, fd);
 	atomic_store_explicit(&c->me->switch_pos, atomic_load(&c->me->tcp_data),
 			      memory_order_relaxed);
 	/* Release: the server reads switch_pos only after it sees switched. */
@@ -605,7 +606,12 @@ void uls_conn_arm(struct uls_conn *c, int events)
 {
 	int parts = uls_conn_kernel_parts(c);
 
-	if ((events & POLLIN) && !(parts & ULS_KERNEL_RX))
+	/*
+	 * Also while the kernel decides readability (TCP data before the switch): the peer's
+	 * first ring write must then send a wake-up, or a sleeper waiting for TCP data would
+	 * never learn that the data moved to the ring.
+	 */
+	if ((events & POLLIN) && c->seg.hdr)
 		atomic_store(&c->rx->sh->cons.want_data, 1);
 	if ((events & POLLOUT) && !(parts & ULS_KERNEL_TX))
 		atomic_store(&c->tx->sh->prod.want_space, 1);

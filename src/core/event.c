@@ -21,7 +21,8 @@ static struct uls_conn *ring_conn(int fd)
 {
 	struct uls_conn *c = uls_fd_conn(fd);
 
-	if (!c || uls_conn_kernel_parts(c) == (ULS_KERNEL_RX | ULS_KERNEL_TX))
+	/* A client still waiting for its server counts: it must arm wake-ups for the ring. */
+	if (!c || !c->seg.hdr || atomic_load(&c->path) == ULS_PATH_KERNEL)
 		return NULL;
 	return c;
 }

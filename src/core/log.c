@@ -2,6 +2,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -25,4 +26,22 @@ void uls_log(enum uls_log_level level, const char *fmt, ...)
 	if (uls_libc.write)
 		uls_libc.write(uls_cfg.log_fd, buf, (size_t)n);
 	errno = saved;
+}
+
+void uls_log_open(void)
+{
+	int fd, hi;
+
+	if (!uls_cfg.log_file)
+		return;
+	fd = open(uls_cfg.log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return;
+	/* Keep the log out of the way of the descriptors the program picks. */
+	hi = uls_libc.fcntl(fd, F_DUPFD_CLOEXEC, 900);
+	if (hi >= 0) {
+		uls_libc.close(fd);
+		fd = hi;
+	}
+	uls_cfg.log_fd = fd;
 }

@@ -5,6 +5,9 @@
 
 #include "config.h"
 
+/* Opens ULSOCK_LOG_FILE, once the real libc functions are resolved. */
+void uls_log_open(void);
+
 void uls_log(enum uls_log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 

@@ -7,6 +7,7 @@
 #include "../core/conn.h"
 #include "../core/fdtable.h"
 #include "../core/log.h"
+#include "../core/shmlock.h"
 #include "../core/stat.h"
 #include "../transport/shm/segment.h"
 
@@ -15,6 +16,7 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
 static void atfork_child(void)
 {
+	uls_shmlock_atfork_child();
 	uls_conn_atfork_child();
 }
 
@@ -27,6 +29,7 @@ static void do_init(void)
 {
 	uls_libc_init();
 	uls_config_load();
+	uls_log_open();
 	if (uls_fdtable_init() < 0)
 		uls_cfg.disabled = 1;
 	pthread_atfork(NULL, NULL, atfork_child);

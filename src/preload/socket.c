@@ -174,11 +174,40 @@ static uint64_t tv_ns(const void *val, socklen_t len)
 	return (uint64_t)tv->tv_sec * 1000000000u + (uint64_t)tv->tv_usec * 1000u;
 }
 
+/* The conn of fd when its kernel socket carries wake-up bytes (TCP_NODELAY is ours). */
+static struct uls_conn *waking_conn(int fd)
+{
+	struct uls_conn *c = uls_fd_conn(fd);
+
+	return c && c->seg.hdr && atomic_load(&c->path) != ULS_PATH_KERNEL ? c : NULL;
+}
+
+ULS_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
+{
+	uls_ensure_init();
+	struct uls_conn *c;
+	int r = uls_libc.getsockopt(fd, level, name, val, len);
+
+	if (r == 0 && level == IPPROTO_TCP && name == TCP_NODELAY && val && len &&
+	    *len >= sizeof(int) && (c = waking_conn(fd)) != NULL)
+		*(int *)val = atomic_load(&c->app_nodelay);
+	return r;
+}
+
 ULS_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
 	uls_ensure_init();
-	int r = uls_libc.setsockopt(fd, level, name, val, len);
+	struct uls_conn *c;
 	struct uls_fd *e;
+	int r;
+
+	if (level == IPPROTO_TCP && name == TCP_NODELAY && val && len >= sizeof(int) &&
+	    (c = waking_conn(fd)) != NULL) {
+		/* Remember the program's choice; the socket keeps TCP_NODELAY for wake-ups. */
+		atomic_store(&c->app_nodelay, *(const int *)val != 0);
+		return 0;
+	}
+	r = uls_libc.setsockopt(fd, level, name, val, len);
 
 	if (r < 0 || level != SOL_SOCKET)
 		return r;
