@@ -291,22 +291,20 @@ plain:
 	return c;
 }
 
-/* After the real close: is the socket still open in any process? */
-static int socket_gone(struct uls_conn *c)
+/* Is the socket self -> other closed in every process? The kernel knows. */
+static int socket_gone(const struct sockaddr_storage *self, const struct sockaddr_storage *other)
 {
 	struct uls_sockid id;
-	int err = uls_diag_lookup((struct sockaddr *)&c->local_sa, (struct sockaddr *)&c->peer_sa,
-				  &id);
+	int err = uls_diag_lookup((const struct sockaddr *)self, (const struct sockaddr *)other, &id);
 
 	return err == -ENOENT || (err == 0 && id.ino == 0);
 }
 
-static int pid_gone(uint32_t pid)
-{
-	return pid != 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH;
-}
-
-/* The last holder of the socket went away: tell the peer and maybe remove the name. */
+/*
+ * The last holder of our socket closed it: tell the peer, and remove the segment's name
+ * when the peer's socket is gone too. Whichever side closes last sees both sockets gone,
+ * even if the other side was killed or exec'd without closing.
+ */
 static void conn_release_shared(struct uls_conn *c)
 {
 	uint32_t peer_state;
@@ -315,9 +313,9 @@ static void conn_release_shared(struct uls_conn *c)
 	atomic_store(&c->rx->sh->cons.closed, 1);
 	atomic_fetch_or_explicit(&c->me->state, ULS_SIDE_CLOSED, memory_order_seq_cst);
 	peer_state = atomic_load_explicit(&c->peer->state, memory_order_seq_cst);
-	/* Both sides set CLOSED before looking at the other's: at least one sees both. */
-	if ((peer_state & ULS_SIDE_CLOSED) || pid_gone(atomic_load(&c->peer->pid)) ||
-	    (c->role == ULS_CLIENT && !(peer_state & ULS_SIDE_ATTACHED)))
+	/* A FIN on the wake-up stream comes only from the peer's last close. */
+	if ((c->role == ULS_CLIENT && !(peer_state & ULS_SIDE_ATTACHED)) ||
+	    atomic_load(&c->peer_gone) || socket_gone(&c->peer_sa, &c->local_sa))
 		uls_seg_unlink(c->seg.ino);
 }
 
@@ -338,7 +336,7 @@ int uls_conn_close(struct uls_conn *c, int fd, int do_close)
 		rc = uls_libc.close(fd);
 		err = errno;
 		/* Other processes may hold the socket (fork, SCM_RIGHTS): ask the kernel. */
-		if (c->seg.hdr && socket_gone(c))
+		if (c->seg.hdr && socket_gone(&c->local_sa, &c->peer_sa))
 			conn_release_shared(c);
 	}
 	conn_destroy(c);
@@ -362,4 +360,15 @@ void uls_conn_atfork_child(void)
 		}
 	}
 	uls_stat_unmap(parent_stats);
+}
+
+int uls_conn_any_accelerated(void)
+{
+	int any = 0;
+
+	pthread_mutex_lock(&list_mu);
+	for (struct uls_conn *c = conn_list; c && !any; c = c->next)
+		any = c->seg.hdr && atomic_load(&c->path) != ULS_PATH_KERNEL;
+	pthread_mutex_unlock(&list_mu);
+	return any;
 }

@@ -94,6 +94,9 @@ uint64_t uls_conn_gen(struct uls_conn *c, int events);
 int uls_conn_inq(struct uls_conn *c, int fd, int *out);
 int uls_conn_outq(struct uls_conn *c, int *out);
 
+/* 1 if this process holds a connection that is not on the kernel path. */
+int uls_conn_any_accelerated(void);
+
 /* After fork, in the child: one more process holds each conn. */
 void uls_conn_atfork_child(void);
 

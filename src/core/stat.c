@@ -1,9 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 #include "stat.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -95,4 +99,28 @@ void uls_stat_fini(void)
 		stat_path(path, sizeof(path), stat_pid);
 		unlink(path);
 	}
+}
+
+int uls_stat_sweep(void)
+{
+	char prefix[64], path[320];
+	struct dirent *de;
+	DIR *d = opendir("/dev/shm");
+	int n = 0;
+
+	if (!d)
+		return 0;
+	snprintf(prefix, sizeof(prefix), "ulsock-stat.%u.", (unsigned)getuid());
+	while ((de = readdir(d)) != NULL) {
+		if (strncmp(de->d_name, prefix, strlen(prefix)) != 0)
+			continue;
+		long pid = strtol(de->d_name + strlen(prefix), NULL, 10);
+		if (pid > 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH) {
+			snprintf(path, sizeof(path), "/dev/shm/%s", de->d_name);
+			unlink(path);
+			n++;
+		}
+	}
+	closedir(d);
+	return n;
 }

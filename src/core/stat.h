@@ -38,6 +38,8 @@ void uls_stat_release(struct uls_stat_rec *r);
  * child can move its records) and writes its own from now on. */
 void *uls_stat_atfork_child(void);
 void uls_stat_unmap(void *parent);
+/* Removes the files of this user's dead processes; returns how many. */
+int uls_stat_sweep(void);
 /* Removes the file at exit. */
 void uls_stat_fini(void);
 

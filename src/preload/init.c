@@ -34,8 +34,10 @@ static void do_init(void)
 		uls_cfg.disabled = 1;
 	pthread_atfork(NULL, NULL, atfork_child);
 	atexit(at_exit);
-	if (!uls_cfg.disabled)
+	if (!uls_cfg.disabled) {
 		uls_seg_sweep();
+		uls_stat_sweep();
+	}
 	uls_ready = 1;
 	uls_dbg("loaded, profile %s", uls_profile_name(uls_cfg.profile));
 }

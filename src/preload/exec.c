@@ -1,0 +1,199 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * execve and friends. An accelerated socket that survives exec keeps working only if the
+ * new program runs ulsock too (it finds the connection again through the socket's inode).
+ * A program that clears LD_PRELOAD from its children's environment would otherwise read
+ * wake-up bytes as data, so while this process holds accelerated connections, exec puts
+ * the library back into the environment it passes on. Static binaries cannot be helped:
+ * see the README's limitations.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "preload.h"
+#include "../core/conn.h"
+#include "../core/log.h"
+
+typedef int (*execve_fn)(const char *, char *const[], char *const[]);
+typedef int (*execvpe_fn)(const char *, char *const[], char *const[]);
+
+static const char *library_path(void)
+{
+	static char path[4096];
+	Dl_info info;
+
+	if (!path[0] && dladdr((void *)library_path, &info) && info.dli_fname)
+		strncpy(path, info.dli_fname, sizeof(path) - 1);
+	return path[0] ? path : NULL;
+}
+
+static int preload_has(const char *value, const char *lib)
+{
+	const char *p = value;
+	size_t n = strlen(lib);
+
+	while (p && (p = strstr(p, lib)) != NULL) {
+		if ((p == value || p[-1] == ':' || p[-1] == ' ') &&
+		    (p[n] == '\0' || p[n] == ':' || p[n] == ' '))
+			return 1;
+		p += n;
+	}
+	return 0;
+}
+
+/* Returns envp, or a new environment with the library added to LD_PRELOAD. */
+static char **fixed_env(char *const envp[], char **to_free)
+{
+	const char *lib = library_path(), *old = NULL;
+	size_t n = 0, k = 0;
+	char **env, *entry;
+	int at = -1;
+
+	*to_free = NULL;
+	if (!lib || !uls_conn_any_accelerated())
+		return (char **)envp;
+	for (n = 0; envp && envp[n]; n++)
+		if (strncmp(envp[n], "LD_PRELOAD=", 11) == 0) {
+			old = envp[n] + 11;
+			at = (int)n;
+		}
+	if (old && preload_has(old, lib))
+		return (char **)envp;
+	env = malloc((n + 2) * sizeof(*env));
+	entry = malloc(strlen(lib) + (old ? strlen(old) : 0) + 16);
+	if (!env || !entry) {
+		free(env);
+		free(entry);
+		return (char **)envp;
+	}
+	strcpy(entry, "LD_PRELOAD=");
+	strcat(entry, lib);
+	if (old && *old) {
+		strcat(entry, ":");
+		strcat(entry, old);
+	}
+	for (k = 0; k < n; k++)
+		env[k] = (int)k == at ? entry : envp[k];
+	if (at < 0)
+		env[n++] = entry;
+	env[n] = NULL;
+	uls_info("exec: LD_PRELOAD restored so that accelerated sockets keep working");
+	*to_free = entry;
+	return env;
+}
+
+static int do_exec(const char *file, char *const argv[], char *const envp[], int search)
+{
+	static execve_fn real_execve;
+	static execvpe_fn real_execvpe;
+	char *entry, **env;
+	int r, err;
+
+	uls_ensure_init();
+	if (!real_execve) {
+		real_execve = (execve_fn)dlsym(RTLD_NEXT, "execve");
+		real_execvpe = (execvpe_fn)dlsym(RTLD_NEXT, "execvpe");
+	}
+	env = fixed_env(envp, &entry);
+	r = search ? real_execvpe(file, argv, env) : real_execve(file, argv, env);
+	err = errno;
+	if (env != envp) {
+		free(entry);
+		free(env);
+	}
+	errno = err;
+	return r;
+}
+
+ULS_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+	return do_exec(path, argv, envp, 0);
+}
+
+ULS_EXPORT int execv(const char *path, char *const argv[])
+{
+	return do_exec(path, argv, environ, 0);
+}
+
+ULS_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+	return do_exec(file, argv, envp, 1);
+}
+
+ULS_EXPORT int execvp(const char *file, char *const argv[])
+{
+	return do_exec(file, argv, environ, 1);
+}
+
+/* The execl family: the variadic arguments become an argv. */
+static char **collect(const char *arg0, va_list ap, char ***envp_out)
+{
+	size_t n = 1, cap = 16;
+	char **argv = malloc(cap * sizeof(*argv)), *a;
+
+	if (!argv)
+		return NULL;
+	argv[0] = (char *)arg0;
+	while (arg0 && (a = va_arg(ap, char *)) != NULL) {
+		if (n + 2 > cap) {
+			char **nv = realloc(argv, (cap *= 2) * sizeof(*argv));
+			if (!nv) {
+				free(argv);
+				return NULL;
+			}
+			argv = nv;
+		}
+		argv[n++] = a;
+	}
+	argv[n] = NULL;
+	if (envp_out)
+		*envp_out = va_arg(ap, char **);
+	return argv;
+}
+
+static int exec_list(const char *file, const char *arg0, va_list ap, int with_env, int search)
+{
+	char **envp = environ, **argv = collect(arg0, ap, with_env ? &envp : NULL);
+	int r, err;
+
+	if (!argv) {
+		errno = ENOMEM;
+		return -1;
+	}
+	r = do_exec(file, argv, envp, search);
+	err = errno;
+	free(argv);
+	errno = err;
+	return r;
+}
+
+ULS_EXPORT int execl(const char *path, const char *arg, ...)
+{
+	va_list ap;
+	va_start(ap, arg);
+	int r = exec_list(path, arg, ap, 0, 0);
+	va_end(ap);
+	return r;
+}
+
+ULS_EXPORT int execlp(const char *file, const char *arg, ...)
+{
+	va_list ap;
+	va_start(ap, arg);
+	int r = exec_list(file, arg, ap, 0, 1);
+	va_end(ap);
+	return r;
+}
+
+ULS_EXPORT int execle(const char *path, const char *arg, ...)
+{
+	va_list ap;
+	va_start(ap, arg);
+	int r = exec_list(path, arg, ap, 1, 0);
+	va_end(ap);
+	return r;
+}
