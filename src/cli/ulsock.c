@@ -10,7 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -124,14 +127,36 @@ static void json_str(const char *s)
 	putchar('"');
 }
 
+/* Formats a binary address another process wrote: the family decides, nothing else. */
+static void addr_str(const uint8_t raw[28], char *buf, size_t len)
+{
+	struct sockaddr_in6 s6;
+	struct sockaddr_in s4;
+	char a[INET6_ADDRSTRLEN] = "?";
+	sa_family_t fam;
+
+	memcpy(&fam, raw, sizeof(fam));
+	if (fam == AF_INET) {
+		memcpy(&s4, raw, sizeof(s4));
+		inet_ntop(AF_INET, &s4.sin_addr, a, sizeof(a));
+		snprintf(buf, len, "%s:%u", a, ntohs(s4.sin_port));
+	} else if (fam == AF_INET6) {
+		memcpy(&s6, raw, sizeof(s6));
+		inet_ntop(AF_INET6, &s6.sin6_addr, a, sizeof(a));
+		snprintf(buf, len, "[%s]:%u", a, ntohs(s6.sin6_port));
+	} else {
+		snprintf(buf, len, "-");
+	}
+}
+
 static void print_rec(const struct uls_stat_rec *r, uint32_t pid, int json, int *first)
 {
 	uint32_t path = atomic_load(&r->path);
-	char local[49], peer[49], reason[97];
+	char local[64], peer[64], reason[97];
 
 	/* Another process writes these: copy with a terminator, check the path. */
-	snprintf(local, sizeof(local), "%.48s", r->local);
-	snprintf(peer, sizeof(peer), "%.48s", r->peer);
+	addr_str(r->local, local, sizeof(local));
+	addr_str(r->peer, peer, sizeof(peer));
 	snprintf(reason, sizeof(reason), "%.96s", r->reason);
 	if (path > 2)
 		path = 2;
@@ -147,7 +172,7 @@ static void print_rec(const struct uls_stat_rec *r, uint32_t pid, int json, int 
 		json_str(path == 1 ? "" : reason);
 		printf("}");
 	} else {
-		printf("%-7u %-5d %-6s %-24s %-24s %-7s %12llu %12llu %s\n", pid, r->fd,
+		printf("%-7u %-5d %-6s %-26s %-26s %-7s %12llu %12llu %s\n", pid, r->fd,
 		       r->role ? "server" : "client", local, peer, path_names[path],
 		       (unsigned long long)atomic_load(&r->tx_bytes),
 		       (unsigned long long)atomic_load(&r->rx_bytes), path == 1 ? "" : reason);
@@ -195,7 +220,7 @@ static int cmd_stat(int argc, char **argv)
 	if (json)
 		printf("[");
 	else
-		printf("%-7s %-5s %-6s %-24s %-24s %-7s %12s %12s %s\n", "PID", "FD", "ROLE",
+		printf("%-7s %-5s %-6s %-26s %-26s %-7s %12s %12s %s\n", "PID", "FD", "ROLE",
 		       "LOCAL", "PEER", "PATH", "TX", "RX", "REASON");
 	while (d && (de = readdir(d)) != NULL) {
 		if (strncmp(de->d_name, prefix, strlen(prefix)) != 0)

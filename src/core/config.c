@@ -8,6 +8,9 @@
 
 #include "ulsock/ulsock.h"
 
+static pid_t cached_pid;
+static int uid_known;
+
 struct uls_config uls_cfg = {
 	.profile = ULS_PROFILE_BALANCED,
 	.log_level = ULS_LOG_WARN,
@@ -84,6 +87,7 @@ void uls_config_load(void)
 	const char *s;
 
 	uls_cfg.uid = getuid();
+	uid_known = 1;
 	if ((s = getenv(ULSOCK_ENV_PROFILE)) != NULL)
 		uls_profile_parse(s, &uls_cfg.profile);
 	uls_cfg.spin_ns = profile_spin_ns[uls_cfg.profile];
@@ -97,9 +101,32 @@ void uls_config_load(void)
 	load_trusted();
 }
 
+
+pid_t uls_pid(void)
+{
+	if (__builtin_expect(cached_pid == 0, 0))
+		cached_pid = getpid();
+	return cached_pid;
+}
+
+uid_t uls_uid(void)
+{
+	if (!uid_known) {
+		uls_cfg.uid = getuid();
+	uid_known = 1;
+		uid_known = 1;
+	}
+	return uls_cfg.uid;
+}
+
+void uls_config_atfork_child(void)
+{
+	cached_pid = getpid();
+}
+
 int uls_config_uid_trusted(uid_t uid)
 {
-	if (uid == uls_cfg.uid)
+	if (uid == uls_uid())
 		return 1;
 	for (int i = 0; i < uls_cfg.ntrusted; i++)
 		if (uls_cfg.trusted[i] == uid)

@@ -27,6 +27,10 @@ struct uls_config {
 extern struct uls_config uls_cfg;
 
 void uls_config_load(void);
+/* getpid() and getuid() without a system call each time; the pid is renewed after fork. */
+pid_t uls_pid(void);
+uid_t uls_uid(void);
+void uls_config_atfork_child(void);
 int uls_config_uid_trusted(uid_t uid);
 const char *uls_profile_name(enum uls_profile p);
 int uls_profile_parse(const char *s, enum uls_profile *out);

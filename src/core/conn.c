@@ -74,27 +74,36 @@ static void bind_role(struct uls_conn *c, int role)
 	c->peer = &c->seg.hdr->side[!role];
 	c->tx = &c->seg.ring[role == ULS_CLIENT ? ULS_C2S : ULS_S2C];
 	c->rx = &c->seg.ring[role == ULS_CLIENT ? ULS_S2C : ULS_C2S];
-	atomic_store_explicit(&c->me->pid, (uint32_t)getpid(), memory_order_relaxed);
+	atomic_store_explicit(&c->me->pid, (uint32_t)uls_pid(), memory_order_relaxed);
 }
 
+/* Addresses are kept binary; they are formatted only for the log and `ulsock stat`. */
 static void fill_names(struct uls_conn *c, int fd)
 {
 	socklen_t len = sizeof(c->local_sa);
 
-	if (getsockname(fd, (struct sockaddr *)&c->local_sa, &len) == 0)
-		uls_addr_str((struct sockaddr *)&c->local_sa, c->local, sizeof(c->local));
+	if (getsockname(fd, (struct sockaddr *)&c->local_sa, &len) < 0)
+		c->local_sa.ss_family = 0;
 	len = sizeof(c->peer_sa);
 	if (c->peer_sa.ss_family == 0 &&
 	    getpeername(fd, (struct sockaddr *)&c->peer_sa, &len) < 0)
 		c->peer_sa.ss_family = 0;
-	if (c->peer_sa.ss_family)
-		uls_addr_str((struct sockaddr *)&c->peer_sa, c->peername, sizeof(c->peername));
 	if (c->stat) {
 		c->stat->fd = fd;
 		c->stat->role = (uint32_t)c->role;
-		snprintf(c->stat->local, sizeof(c->stat->local), "%.47s", c->local);
-		snprintf(c->stat->peer, sizeof(c->stat->peer), "%.47s", c->peername);
+		memcpy(c->stat->local, &c->local_sa, sizeof(c->stat->local));
+		memcpy(c->stat->peer, &c->peer_sa, sizeof(c->stat->peer));
 	}
+}
+
+const char *uls_conn_names(struct uls_conn *c, char *buf, size_t len)
+{
+	char l[64], p[64];
+
+	uls_addr_str((struct sockaddr *)&c->local_sa, l, sizeof(l));
+	uls_addr_str((struct sockaddr *)&c->peer_sa, p, sizeof(p));
+	snprintf(buf, len, "%s -> %s", l, p);
+	return buf;
 }
 
 void uls_conn_log_path(struct uls_conn *c, int fd)
@@ -109,14 +118,17 @@ void uls_conn_log_path(struct uls_conn *c, int fd)
 	c->logged = 1;
 	pthread_mutex_unlock(&c->mu);
 	if (c->stat) {
-		snprintf(c->stat->reason, sizeof(c->stat->reason), "%.95s", c->reason);
+		memcpy(c->stat->reason, c->reason, sizeof(c->stat->reason));
 		atomic_store(&c->stat->path, (uint32_t)path);
 	}
+	if (uls_cfg.log_level < ULS_LOG_INFO)
+		return;
+	char names[140];
+	uls_conn_names(c, names, sizeof(names));
 	if (path == ULS_PATH_SHM)
-		uls_info("fd=%d %s -> %s path=shm", fd, c->local, c->peername);
+		uls_info("fd=%d %s path=shm", fd, names);
 	else
-		uls_info("fd=%d %s -> %s path=kernel reason=%s", fd, c->local, c->peername,
-			 c->reason);
+		uls_info("fd=%d %s path=kernel reason=%s", fd, names, c->reason);
 }
 
 void uls_conn_nodelay(struct uls_conn *c, int fd)
@@ -231,7 +243,7 @@ static const char *server_attach(struct uls_conn *c, int fd, char *why, size_t w
 	return NULL;
 }
 
-struct uls_conn *uls_conn_accept(int fd)
+struct uls_conn *uls_conn_accept(int fd, const struct sockaddr *peer, socklen_t len)
 {
 	struct uls_conn *c = uls_conn_alloc();
 	const char *reason;
@@ -240,6 +252,7 @@ struct uls_conn *uls_conn_accept(int fd)
 	if (!c)
 		return NULL;
 	c->role = ULS_SERVER;
+	memcpy(&c->peer_sa, peer, len < sizeof(c->peer_sa) ? len : sizeof(c->peer_sa));
 	fill_names(c, fd);
 	reason = server_attach(c, fd, why, sizeof(why));
 	if (reason)
@@ -269,6 +282,7 @@ struct uls_conn *uls_conn_adopt(int fd)
 		bind_role(c, ULS_CLIENT);
 		c->path = (atomic_load(&c->peer->state) & ULS_SIDE_ATTACHED) ? ULS_PATH_SHM
 									      : ULS_PATH_PENDING;
+		atomic_store(&c->shared, 1);
 		uls_dbg("fd=%d adopted as client", fd);
 		return c;
 	}
@@ -280,6 +294,7 @@ struct uls_conn *uls_conn_adopt(int fd)
 		    atomic_load(&srv->cookie) == cookie) {
 			bind_role(c, ULS_SERVER);
 			c->path = ULS_PATH_SHM;
+			atomic_store(&c->shared, 1);
 			uls_dbg("fd=%d adopted as server", fd);
 			return c;
 		}
@@ -300,6 +315,11 @@ static int socket_gone(const struct sockaddr_storage *self, const struct sockadd
 	return err == -ENOENT || (err == 0 && id.ino == 0);
 }
 
+static int pid_dead(uint32_t pid)
+{
+	return pid != 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+}
+
 /*
  * The last holder of our socket closed it: tell the peer, and remove the segment's name
  * when the peer's socket is gone too. Whichever side closes last sees both sockets gone,
@@ -313,9 +333,14 @@ static void conn_release_shared(struct uls_conn *c)
 	atomic_store(&c->rx->sh->cons.closed, 1);
 	atomic_fetch_or_explicit(&c->me->state, ULS_SIDE_CLOSED, memory_order_seq_cst);
 	peer_state = atomic_load_explicit(&c->peer->state, memory_order_seq_cst);
-	/* A FIN on the wake-up stream comes only from the peer's last close. */
+	/*
+	 * Whoever closes last removes the name. A FIN on the wake-up stream comes only from
+	 * the peer's last close; a peer that died or exec'd away without closing is caught by
+	 * its pid, or by the sweep of the next ulsock process.
+	 */
 	if ((c->role == ULS_CLIENT && !(peer_state & ULS_SIDE_ATTACHED)) ||
-	    atomic_load(&c->peer_gone) || socket_gone(&c->peer_sa, &c->local_sa))
+	    (peer_state & ULS_SIDE_CLOSED) || atomic_load(&c->peer_gone) ||
+	    pid_dead(atomic_load(&c->peer->pid)))
 		uls_seg_unlink(c->seg.ino);
 }
 
@@ -336,7 +361,7 @@ int uls_conn_close(struct uls_conn *c, int fd, int do_close)
 		rc = uls_libc.close(fd);
 		err = errno;
 		/* Other processes may hold the socket (fork, SCM_RIGHTS): ask the kernel. */
-		if (c->seg.hdr && socket_gone(&c->local_sa, &c->peer_sa))
+		if (c->seg.hdr && (!atomic_load(&c->shared) || socket_gone(&c->local_sa, &c->peer_sa)))
 			conn_release_shared(c);
 	}
 	conn_destroy(c);
@@ -360,6 +385,14 @@ void uls_conn_atfork_child(void)
 		}
 	}
 	uls_stat_unmap(parent_stats);
+}
+
+void uls_conn_mark_shared_all(void)
+{
+	pthread_mutex_lock(&list_mu);
+	for (struct uls_conn *c = conn_list; c; c = c->next)
+		atomic_store(&c->shared, 1);
+	pthread_mutex_unlock(&list_mu);
 }
 
 int uls_conn_any_accelerated(void)

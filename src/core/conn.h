@@ -38,9 +38,9 @@ struct uls_conn {
 	struct uls_ring *tx, *rx;
 	struct uls_side *me, *peer;
 	struct sockaddr_storage local_sa, peer_sa;
-	char local[64], peername[64];
 	char reason[96];
 	int logged;
+	_Atomic int shared; /* another process may hold the socket (fork, exec, SCM_RIGHTS) */
 	_Atomic int app_nodelay; /* TCP_NODELAY as the program set it (the kernel's is 1) */
 	struct uls_stat_rec *stat;
 	struct uls_conn *next; /* process-wide list */
@@ -62,7 +62,7 @@ struct uls_conn *uls_conn_connect_prepare(int fd, const struct sockaddr *dst, ui
 					  uint64_t s2c, char *reason, size_t rlen);
 void uls_conn_connect_done(struct uls_conn *c, int fd, int err);
 /* accept(): decides the path of an accepted socket; always returns a conn (maybe kernel). */
-struct uls_conn *uls_conn_accept(int fd);
+struct uls_conn *uls_conn_accept(int fd, const struct sockaddr *peer, socklen_t len);
 /* A socket this process did not create or accept (exec, SCM_RIGHTS): finds its segment. */
 struct uls_conn *uls_conn_adopt(int fd);
 
@@ -70,6 +70,8 @@ struct uls_conn *uls_conn_adopt(int fd);
 void uls_conn_nodelay(struct uls_conn *c, int fd);
 void uls_conn_set_kernel(struct uls_conn *c, int fd, const char *reason);
 void uls_conn_log_path(struct uls_conn *c, int fd);
+/* "LOCAL -> PEER", for log lines. */
+const char *uls_conn_names(struct uls_conn *c, char *buf, size_t len);
 
 /* Data path: return bytes, 0 at EOF, or -errno. */
 ssize_t uls_conn_send(struct uls_conn *c, int fd, const struct iovec *iov, int iovcnt,
@@ -96,6 +98,9 @@ int uls_conn_outq(struct uls_conn *c, int *out);
 
 /* 1 if this process holds a connection that is not on the kernel path. */
 int uls_conn_any_accelerated(void);
+
+/* Before fork, and when a descriptor of c leaves in an SCM_RIGHTS message. */
+void uls_conn_mark_shared_all(void);
 
 /* After fork, in the child: one more process holds each conn. */
 void uls_conn_atfork_child(void);

@@ -138,9 +138,11 @@ static void client_switch(struct uls_conn *c, int fd)
 
 static void broken(struct uls_conn *c, int fd, const char *what)
 {
+	char names[140];
+
 	if (!atomic_exchange(&c->broken, 1))
-		uls_warn("fd=%d %s -> %s: peer broke the ring protocol (%s); connection reset",
-			 fd, c->local, c->peername, what);
+		uls_warn("fd=%d %s: peer broke the ring protocol (%s); connection reset", fd,
+			 uls_conn_names(c, names, sizeof(names)), what);
 }
 
 static size_t iov_total(const struct iovec *iov, int iovcnt)

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "../preload/libc.h"
 
 /* One netlink socket per process, reopened after fork so replies never cross processes. */
@@ -25,9 +26,9 @@ static uint32_t diag_seq;
 
 static int diag_socket(void)
 {
-	if (diag_fd >= 0 && diag_pid == getpid())
+	if (diag_fd >= 0 && diag_pid == uls_pid())
 		return diag_fd;
-	if (diag_fd >= 0 && diag_pid != getpid())
+	if (diag_fd >= 0 && diag_pid != uls_pid())
 		uls_libc.close(diag_fd);
 	diag_fd = uls_libc.socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
 	if (diag_fd >= 0) {
@@ -37,7 +38,7 @@ static int diag_socket(void)
 			diag_fd = hi;
 		}
 	}
-	diag_pid = getpid();
+	diag_pid = uls_pid();
 	return diag_fd;
 }
 
@@ -197,14 +198,14 @@ int uls_addr_is_local(const struct sockaddr *sa)
 		return 1;
 	clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
 	pthread_mutex_lock(&ifa_mu);
-	if (!ifa_list || now.tv_sec != ifa_time || ifa_pid != getpid()) {
+	if (!ifa_list || now.tv_sec != ifa_time || ifa_pid != uls_pid()) {
 		if (ifa_list)
 			freeifaddrs(ifa_list);
 		ifa_list = NULL;
 		if (getifaddrs(&ifa_list) < 0)
 			ifa_list = NULL;
 		ifa_time = now.tv_sec;
-		ifa_pid = getpid();
+		ifa_pid = uls_pid();
 	}
 	for (struct ifaddrs *i = ifa_list; i && !found; i = i->ifa_next)
 		found = i->ifa_addr && addr_eq(i->ifa_addr, sa);

@@ -8,23 +8,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "cpu.h"
 
 /* 0: free, 1: held, 2: held with waiters. */
 
-/* getpid() is a system call: the pid is cached and renewed in the child after fork. */
-static uint32_t cached_pid;
-
-void uls_shmlock_atfork_child(void)
-{
-	cached_pid = (uint32_t)getpid();
-}
-
 static uint32_t self_pid(void)
 {
-	if (__builtin_expect(cached_pid == 0, 0))
-		cached_pid = (uint32_t)getpid();
-	return cached_pid;
+	return (uint32_t)uls_pid();
 }
 
 int uls_shmlock_try(_Atomic uint32_t *word, _Atomic uint32_t *owner)

@@ -12,7 +12,6 @@
 
 void uls_shmlock_acquire(_Atomic uint32_t *word, _Atomic uint32_t *owner);
 int uls_shmlock_try(_Atomic uint32_t *word, _Atomic uint32_t *owner);
-void uls_shmlock_atfork_child(void);
 void uls_shmlock_release(_Atomic uint32_t *word, _Atomic uint32_t *owner);
 
 #endif

@@ -12,15 +12,17 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "../preload/libc.h"
 
 static pthread_mutex_t stat_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct uls_stat_file *stat_map;
 static pid_t stat_pid;
+static int slot_hint;
 
 static void stat_path(char *buf, size_t len, pid_t pid)
 {
-	snprintf(buf, len, "/dev/shm/ulsock-stat.%u.%d", (unsigned)getuid(), (int)pid);
+	snprintf(buf, len, "/dev/shm/ulsock-stat.%u.%d", (unsigned)uls_uid(), (int)pid);
 }
 
 static struct uls_stat_file *stat_open(void)
@@ -29,9 +31,9 @@ static struct uls_stat_file *stat_open(void)
 	void *map;
 	int fd;
 
-	if (stat_map && stat_pid == getpid())
+	if (stat_map && stat_pid == uls_pid())
 		return stat_map;
-	stat_pid = getpid();
+	stat_pid = uls_pid();
 	stat_map = NULL;
 	stat_path(path, sizeof(path), stat_pid);
 	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -58,8 +60,10 @@ struct uls_stat_rec *uls_stat_slot(void)
 
 	pthread_mutex_lock(&stat_mu);
 	f = stat_open();
-	for (int i = 0; f && i < ULS_STAT_SLOTS; i++) {
+	for (int k = 0; f && k < ULS_STAT_SLOTS; k++) {
+		int i = (slot_hint + k) % ULS_STAT_SLOTS;
 		if (!atomic_load(&f->rec[i].used)) {
+			slot_hint = i + 1;
 			r = &f->rec[i];
 			memset(r, 0, sizeof(*r));
 			atomic_store(&r->used, 1);
@@ -110,7 +114,7 @@ int uls_stat_sweep(void)
 
 	if (!d)
 		return 0;
-	snprintf(prefix, sizeof(prefix), "ulsock-stat.%u.", (unsigned)getuid());
+	snprintf(prefix, sizeof(prefix), "ulsock-stat.%u.", (unsigned)uls_uid());
 	while ((de = readdir(d)) != NULL) {
 		if (strncmp(de->d_name, prefix, strlen(prefix)) != 0)
 			continue;

@@ -17,8 +17,8 @@ struct uls_stat_rec {
 	int32_t fd;
 	uint32_t role; /* 0 client, 1 server */
 	_Atomic uint32_t path; /* enum uls_path */
-	char local[48];
-	char peer[48];
+	uint8_t local[28]; /* struct sockaddr_in or sockaddr_in6, formatted by `ulsock stat` */
+	uint8_t peer[28];
 	char reason[96];
 	_Atomic uint64_t tx_bytes;
 	_Atomic uint64_t rx_bytes;

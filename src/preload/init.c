@@ -7,7 +7,6 @@
 #include "../core/conn.h"
 #include "../core/fdtable.h"
 #include "../core/log.h"
-#include "../core/shmlock.h"
 #include "../core/stat.h"
 #include "../transport/shm/segment.h"
 
@@ -16,8 +15,13 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
 static void atfork_child(void)
 {
-	uls_shmlock_atfork_child();
+	uls_config_atfork_child();
 	uls_conn_atfork_child();
+}
+
+static void atfork_prepare(void)
+{
+	uls_conn_mark_shared_all();
 }
 
 static void at_exit(void)
@@ -32,7 +36,7 @@ static void do_init(void)
 	uls_log_open();
 	if (uls_fdtable_init() < 0)
 		uls_cfg.disabled = 1;
-	pthread_atfork(NULL, NULL, atfork_child);
+	pthread_atfork(atfork_prepare, NULL, atfork_child);
 	atexit(at_exit);
 	if (!uls_cfg.disabled) {
 		uls_seg_sweep();

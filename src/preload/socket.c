@@ -90,22 +90,38 @@ ULS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 	return r;
 }
 
-static int after_accept(int fd, int flags)
+/*
+ * The kernel's accept fills ulsock's own buffer (the conn needs the peer's address
+ * anyway); the program gets its copy, truncated and with the full length, as accept does.
+ */
+static int do_accept(int lfd, struct sockaddr *addr, socklen_t *len, int flags, int four)
 {
-	struct uls_fd *e = uls_fd_get(fd);
-	struct uls_conn *c;
 	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
+	socklen_t sl = sizeof(ss);
+	struct uls_fd *e;
+	struct uls_conn *c;
+	int fd;
 
+	uls_ensure_init();
+	fd = four ? uls_libc.accept4(lfd, (struct sockaddr *)&ss, &sl, flags)
+		  : uls_libc.accept(lfd, (struct sockaddr *)&ss, &sl);
+	if (fd < 0)
+		return fd;
+	if (addr && len) {
+		memcpy(addr, &ss, *len < sl ? *len : sl);
+		*len = sl;
+	} else if (len) {
+		*len = sl;
+	}
+	e = uls_fd_get(fd);
 	if (!e)
 		return fd;
 	uls_fd_clear(fd);
-	if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
-	    (ss.ss_family != AF_INET && ss.ss_family != AF_INET6)) {
+	if (ss.ss_family != AF_INET && ss.ss_family != AF_INET6) {
 		atomic_store(&e->kind, ULS_FD_PLAIN);
 		return fd;
 	}
-	c = uls_conn_accept(fd);
+	c = uls_conn_accept(fd, (struct sockaddr *)&ss, sl);
 	if (!c) {
 		atomic_store(&e->kind, ULS_FD_PLAIN);
 		return fd;
@@ -118,16 +134,12 @@ static int after_accept(int fd, int flags)
 
 ULS_EXPORT int accept(int lfd, struct sockaddr *addr, socklen_t *len)
 {
-	uls_ensure_init();
-	int fd = uls_libc.accept(lfd, addr, len);
-	return fd < 0 ? fd : after_accept(fd, 0);
+	return do_accept(lfd, addr, len, 0, 0);
 }
 
 ULS_EXPORT int accept4(int lfd, struct sockaddr *addr, socklen_t *len, int flags)
 {
-	uls_ensure_init();
-	int fd = uls_libc.accept4(lfd, addr, len, flags);
-	return fd < 0 ? fd : after_accept(fd, flags);
+	return do_accept(lfd, addr, len, flags, 1);
 }
 
 static void forget(int fd)

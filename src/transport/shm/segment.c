@@ -19,7 +19,7 @@
 
 void uls_seg_path(char *buf, size_t len, uint64_t ino)
 {
-	snprintf(buf, len, SHM_DIR "/ulsock.%u.%llu", (unsigned)getuid(), (unsigned long long)ino);
+	snprintf(buf, len, SHM_DIR "/ulsock.%u.%llu", (unsigned)uls_uid(), (unsigned long long)ino);
 }
 
 static uint64_t layout_total(uint64_t c2s, uint64_t s2c)
@@ -51,9 +51,12 @@ int uls_seg_create(struct uls_seg *seg, uint64_t ino, uint64_t cookie, uint64_t 
 	if (!uls_ring_size_valid(c2s_size) || !uls_ring_size_valid(s2c_size))
 		return -EINVAL;
 	uls_seg_path(path, sizeof(path), ino);
-	/* A file with this name is left over from a dead socket with the same inode. */
-	unlink(path);
 	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0 && errno == EEXIST) {
+		/* Left over from a dead socket with the same inode: ours is the live one. */
+		unlink(path);
+		fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	}
 	if (fd < 0)
 		return -errno;
 	if (ftruncate(fd, (off_t)total) < 0) {
@@ -77,8 +80,8 @@ int uls_seg_create(struct uls_seg *seg, uint64_t ino, uint64_t cookie, uint64_t 
 	id->ring_size[ULS_S2C] = s2c_size;
 	id->client_ino = ino;
 	id->client_cookie = cookie;
-	id->client_uid = (uint32_t)getuid();
-	id->client_pid = (uint32_t)getpid();
+	id->client_uid = (uint32_t)uls_uid();
+	id->client_pid = (uint32_t)uls_pid();
 	/* Release: a server that sees the magic sees a complete identity. */
 	atomic_store_explicit((_Atomic uint64_t *)&id->magic, ULS_SEG_MAGIC, memory_order_release);
 	seg_bind(seg, map, total, c2s_size, s2c_size);
@@ -133,17 +136,18 @@ int uls_seg_open(struct uls_seg *seg, uint64_t ino, uint64_t cookie)
 	err = -EPROTO;
 	if (st.st_size < (off_t)ULS_SEG_HDR_SIZE || st.st_size > (off_t)(2 * ULS_RING_MAX + 4096))
 		goto err_close;
-	/* Read the identity once with pread, then map: what was validated is what we use. */
-	if (pread(fd, &id, sizeof(id), 0) != (ssize_t)sizeof(id))
-		goto err_close;
-	if (!ident_valid(&id, ino, cookie, (size_t)st.st_size))
-		goto err_close;
 	map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (map == MAP_FAILED) {
 		err = -errno;
 		goto err_close;
 	}
 	uls_libc.close(fd);
+	/* Copy the identity once: what was validated is what this process uses. */
+	memcpy(&id, map, sizeof(id));
+	if (!ident_valid(&id, ino, cookie, (size_t)st.st_size)) {
+		munmap(map, (size_t)st.st_size);
+		return -EPROTO;
+	}
 	seg_bind(seg, map, (size_t)st.st_size, id.ring_size[ULS_C2S], id.ring_size[ULS_S2C]);
 	seg->ino = ino;
 	return 0;
@@ -182,7 +186,7 @@ int uls_seg_sweep(void)
 	DIR *dir;
 	int n = 0, fd;
 
-	snprintf(prefix, sizeof(prefix), "ulsock.%u.", (unsigned)getuid());
+	snprintf(prefix, sizeof(prefix), "ulsock.%u.", (unsigned)uls_uid());
 	dir = opendir(SHM_DIR);
 	if (!dir)
 		return 0;
