@@ -184,7 +184,7 @@ static void stat_file(const char *path, int json, int *first)
 {
 	struct uls_stat_file *f;
 	struct stat st;
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
 		return;
@@ -197,37 +197,57 @@ static void stat_file(const char *path, int json, int *first)
 	close(fd);
 	if (f == MAP_FAILED)
 		return;
-	if (f->magic == ULS_STAT_MAGIC) {
-		if (kill((pid_t)f->pid, 0) < 0 && errno == ESRCH) {
-			unlink(path); /* the process died without cleaning up */
-		} else {
-			for (int i = 0; i < ULS_STAT_SLOTS; i++)
-				if (atomic_load(&f->rec[i].used))
-					print_rec(&f->rec[i], f->pid, json, first);
+	if (f->magic == ULS_STAT_MAGIC)
+		for (int i = 0; i < ULS_STAT_SLOTS; i++)
+			if (atomic_load(&f->rec[i].used))
+				print_rec(&f->rec[i], f->pid, json, first);
+	munmap(f, sizeof(*f));
+}
+
+/* Each ulsock process keeps its (unlinked) record file open: find it in /proc. */
+static void stat_process(const char *pid, const char *want, int json, int *first)
+{
+	char dir[300], link[600], target[300];
+	struct dirent *de;
+	DIR *d;
+	ssize_t n;
+
+	snprintf(dir, sizeof(dir), "/proc/%s/fd", pid);
+	d = opendir(dir);
+	if (!d)
+		return;
+	while ((de = readdir(d)) != NULL) {
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(link, sizeof(link), "%s/%s", dir, de->d_name);
+		n = readlink(link, target, sizeof(target) - 1);
+		if (n <= 0)
+			continue;
+		target[n] = '\0';
+		if (strncmp(target, want, strlen(want)) == 0) {
+			stat_file(link, json, first);
+			break;
 		}
 	}
-	munmap(f, sizeof(*f));
+	closedir(d);
 }
 
 static int cmd_stat(int argc, char **argv)
 {
 	int json = argc > 1 && strcmp(argv[1], "--json") == 0, first = 1;
-	char prefix[64], path[512];
+	char want[64];
 	struct dirent *de;
-	DIR *d = opendir("/dev/shm");
+	DIR *d = opendir("/proc");
 
-	snprintf(prefix, sizeof(prefix), "ulsock-stat.%u.", (unsigned)getuid());
+	snprintf(want, sizeof(want), "/dev/shm/ulsock-stat.%u.", (unsigned)getuid());
 	if (json)
 		printf("[");
 	else
 		printf("%-7s %-5s %-6s %-26s %-26s %-7s %12s %12s %s\n", "PID", "FD", "ROLE",
 		       "LOCAL", "PEER", "PATH", "TX", "RX", "REASON");
-	while (d && (de = readdir(d)) != NULL) {
-		if (strncmp(de->d_name, prefix, strlen(prefix)) != 0)
-			continue;
-		snprintf(path, sizeof(path), "/dev/shm/%s", de->d_name);
-		stat_file(path, json, &first);
-	}
+	while (d && (de = readdir(d)) != NULL)
+		if (de->d_name[0] >= '1' && de->d_name[0] <= '9')
+			stat_process(de->d_name, want, json, &first);
 	if (d)
 		closedir(d);
 	if (json)

@@ -27,6 +27,7 @@ struct uls_conn *uls_conn_alloc(void)
 	if (!c)
 		return NULL;
 	pthread_mutex_init(&c->mu, NULL);
+	uls_waitq_init(&c->wq);
 	c->refs = 1;
 	c->stat = uls_stat_slot();
 	pthread_mutex_lock(&list_mu);
@@ -56,6 +57,7 @@ static void conn_destroy(struct uls_conn *c)
 	conn_unlist(c);
 	uls_stat_release(c->stat);
 	uls_seg_unmap(&c->seg);
+	uls_waitq_fini(&c->wq);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
 }
@@ -378,6 +380,7 @@ void uls_conn_atfork_child(void)
 	for (struct uls_conn *c = conn_list; c; c = c->next) {
 		struct uls_stat_rec *old = c->stat;
 		pthread_mutex_init(&c->mu, NULL);
+		uls_waitq_init(&c->wq);
 		c->stat = uls_stat_slot();
 		if (c->stat && old) {
 			memcpy((char *)c->stat + sizeof(old->used), (char *)old + sizeof(old->used),

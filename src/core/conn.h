@@ -20,11 +20,13 @@
 
 #include "../transport/shm/segment.h"
 #include "stat.h"
+#include "wait.h"
 
 enum uls_path { ULS_PATH_PENDING, ULS_PATH_SHM, ULS_PATH_KERNEL };
 
 struct uls_conn {
 	pthread_mutex_t mu; /* process-local fields: refs, path, logged */
+	struct uls_waitq wq; /* threads of this process sleeping on this connection */
 	int refs;           /* descriptors of this process that name the socket */
 	int role;           /* ULS_CLIENT or ULS_SERVER */
 	_Atomic int path;

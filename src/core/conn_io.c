@@ -95,6 +95,7 @@ static void wake_producer(struct uls_conn *c, int fd)
 
 static void note_peer_end(struct uls_conn *c, int err)
 {
+	uls_dbg("peer end seen (err %d, role %d, token zone %d)", err, c->role, rx_token_zone(c));
 	if (err && !atomic_load(&c->peer_err))
 		atomic_store(&c->peer_err, err);
 	atomic_store(&c->peer_gone, 1);
@@ -114,12 +115,16 @@ void uls_conn_drain(struct uls_conn *c, int fd)
 						  memory_order_relaxed);
 			if (n == (ssize_t)sizeof(buf))
 				continue;
+			/* Those bytes may have been meant for another waiting thread. */
+			uls_waitq_kick(&c->wq);
 			return;
 		}
 		if (n == 0)
 			note_peer_end(c, 0);
 		else if (errno != EAGAIN && errno != EINTR)
 			note_peer_end(c, errno == ECONNRESET ? 0 : errno);
+		if (n == 0 || errno != EAGAIN)
+			uls_waitq_kick(&c->wq);
 		return;
 	}
 }
@@ -205,54 +210,30 @@ static int tx_ready(struct uls_conn *c)
 	       atomic_load(&c->peer_gone) || atomic_load(&c->broken);
 }
 
-/* Sleeps until the receive ring may have changed. Returns 0 or -EINTR / -EAGAIN. */
-static int wait_rx(struct uls_conn *c, int fd)
+/*
+ * A waiting call's safety net: with other processes sharing the socket (fork), a
+ * wake-up byte may be consumed by one of them, so their sleeps are bounded.
+ */
+static int max_sleep_ms(struct uls_conn *c)
 {
-	char buf[64];
-	ssize_t n;
+	return atomic_load(&c->shared) ? 50 : -1;
+}
 
+/* Sleeps until the receive ring may have changed. Returns 0, -EINTR or -EAGAIN. */
+static int wait_rx(struct uls_conn *c, int fd, uint64_t deadline)
+{
 	if (spin_until(c, rx_ready))
 		return 0;
 	atomic_store(&c->rx->sh->cons.want_data, 1);
 	atomic_thread_fence(memory_order_seq_cst);
 	if (rx_ready(c))
 		return 0;
-	/*
-	 * Sleep in a blocking recv of wake-up bytes: the kernel applies SO_RCVTIMEO and
-	 * SA_RESTART exactly as it would for the program's own recv.
-	 */
-	n = uls_libc.recv(fd, buf, sizeof(buf), 0);
-	if (n > 0) {
-		atomic_fetch_add_explicit(&c->me->tokens_seen, (uint64_t)n, memory_order_relaxed);
-		return 0;
-	}
-	if (n == 0) {
-		note_peer_end(c, 0);
-		return 0;
-	}
-	if (errno == EINTR)
-		return -EINTR;
-	if (errno == EAGAIN || errno == EWOULDBLOCK) {
-		/* SO_RCVTIMEO expired, or the socket turned non-blocking in another process. */
-		int fl = uls_libc.fcntl(fd, F_GETFL);
-		if (fl >= 0 && (fl & O_NONBLOCK)) {
-			struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
-			atomic_store(&c->nonblock, 1);
-			uls_libc.poll(&p, 1, 100);
-			return 0;
-		}
-		return -EAGAIN;
-	}
-	note_peer_end(c, errno == ECONNRESET ? 0 : errno);
-	return 0;
+	return uls_wait(c, fd, deadline, 1, max_sleep_ms(c));
 }
 
 /* Sleeps until the send ring may have space. Returns 0, -EINTR or -EAGAIN (timeout). */
 static int wait_tx(struct uls_conn *c, int fd, uint64_t deadline, int *backoff_ms)
 {
-	struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
-	int timeout = 1000, r;
-
 	if (spin_until(c, tx_ready))
 		return 0;
 	atomic_store(&c->tx->sh->prod.want_space, 1);
@@ -263,30 +244,17 @@ static int wait_tx(struct uls_conn *c, int fd, uint64_t deadline, int *backoff_m
 		/* Unread TCP data keeps the socket readable: wake-ups cannot be seen, so poll
 		 * the ring with a growing sleep instead. */
 		*backoff_ms = *backoff_ms ? (*backoff_ms >= 16 ? 16 : *backoff_ms * 2) : 1;
-		timeout = *backoff_ms;
-		p.events = POLLRDHUP;
-	}
-	if (deadline) {
-		uint64_t now = uls_now_ns();
-		if (now >= deadline)
+		struct timespec ts = {0, *backoff_ms * 1000000L};
+		if (deadline && uls_now_ns() >= deadline)
 			return -EAGAIN;
-		if ((deadline - now) / 1000000 < (uint64_t)timeout)
-			timeout = (int)((deadline - now) / 1000000) + 1;
+		return nanosleep(&ts, NULL) < 0 && uls_signals_interrupt() ? -EINTR : 0;
 	}
-	r = uls_libc.poll(&p, 1, timeout);
-	if (r < 0 && errno == EINTR)
-		return -EINTR;
-	if (r > 0 && (p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))) {
-		if (rx_token_zone(c))
-			uls_conn_drain(c, fd);
-		else if (p.revents & (POLLHUP | POLLERR))
-			note_peer_end(c, 0);
-	}
-	return 0;
+	return uls_wait(c, fd, deadline, 1, max_sleep_ms(c));
 }
 
 static ssize_t send_epipe(int flags)
 {
+	uls_dbg("send: EPIPE");
 	if (!(flags & MSG_NOSIGNAL))
 		raise(SIGPIPE);
 	return -EPIPE;
@@ -435,12 +403,24 @@ static ssize_t tcp_recv_before_switch(struct uls_conn *c, int fd, struct msghdr 
 static ssize_t tcp_recv_pending(struct uls_conn *c, int fd, struct msghdr *msg, int flags,
 				int nonblock)
 {
-	ssize_t n;
+	uint64_t deadline = deadline_of(c->rcvtimeo_ns);
 	char sink[256];
+	ssize_t n;
 
-	if (!nonblock)
+	for (;;) {
+		/* A server that attaches later must wake this reader through the ring. */
 		atomic_store(&c->rx->sh->cons.want_data, 1);
-	n = uls_libc.recvmsg(fd, msg, flags);
+		atomic_thread_fence(memory_order_seq_cst);
+		if (peer_attached(c))
+			return -EALREADY;
+		n = uls_libc.recvmsg(fd, msg, flags | MSG_DONTWAIT);
+		if (n >= 0 || errno != EAGAIN || nonblock)
+			break;
+		/* Sleep without consuming: what arrives may be data or a wake-up byte. */
+		int r = uls_wait(c, fd, deadline, 0, max_sleep_ms(c));
+		if (r < 0)
+			return r;
+	}
 	if (n < 0)
 		return -errno;
 	if (!peer_attached(c)) {
@@ -492,16 +472,20 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 			return (ssize_t)done;
 		if (atomic_load(&c->broken))
 			return -ECONNRESET;
-		if (atomic_load(&c->rx->sh->prod.eof))
-			return 0;
-		if (atomic_load(&c->peer_gone)) {
-			int e = atomic_load(&c->peer_err);
+		if (atomic_load(&c->rx->sh->prod.eof) || atomic_load(&c->peer_gone)) {
+			/*
+			 * The peer published its last bytes before it set eof or closed TCP:
+			 * look at the ring once more before reporting the end of the stream.
+			 */
+			if (uls_ring_readable(c->rx, head) != 0)
+				continue;
+			int e = atomic_load(&c->rx->sh->prod.eof) ? 0 : atomic_load(&c->peer_err);
 			return e ? -e : 0;
 		}
 		if (nonblock)
 			return -EAGAIN;
 		unlock(c, RXL);
-		int r = wait_rx(c, fd);
+		int r = wait_rx(c, fd, deadline_of(c->rcvtimeo_ns));
 		lock(c, RXL);
 		if (r < 0)
 			return r;
@@ -526,10 +510,16 @@ ssize_t uls_conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags)
 		} else if (c->role == ULS_SERVER && !rx_token_zone(c)) {
 			n = tcp_recv_before_switch(c, fd, msg, flags, total, nonblock);
 		} else {
+			if (c->role == ULS_CLIENT && atomic_load(&c->path) == ULS_PATH_PENDING) {
+				/* The server attached: its bytes come on the ring from now on. */
+				atomic_store(&c->path, ULS_PATH_SHM);
+				uls_conn_log_path(c, fd);
+			}
 			if (c->role == ULS_CLIENT && !atomic_load(&c->me->switched) &&
 			    uls_shmlock_try(&c->me->lock[TXL], &c->me->lock_owner[TXL])) {
 				/* Switch now, so this side can send wake-ups for the ring. */
-				if (!atomic_load(&c->me->switched))
+				if (!atomic_load(&c->me->switched) &&
+				    !(atomic_load(&c->me->state) & ULS_SIDE_TCP_SHUT))
 					client_switch(c, fd);
 				unlock(c, TXL);
 			}
@@ -550,10 +540,12 @@ int uls_conn_shutdown(struct uls_conn *c, int fd, int how)
 		return -EINVAL;
 	if (how != SHUT_RD) {
 		lock(c, TXL);
-		if (c->role == ULS_CLIENT && !atomic_load(&c->me->switched) && peer_attached(c))
+		if (c->role == ULS_CLIENT && !atomic_load(&c->me->switched) && peer_attached(c) &&
+		    !(atomic_load(&c->me->state) & ULS_SIDE_TCP_SHUT))
 			client_switch(c, fd);
 		if (c->role == ULS_CLIENT && !atomic_load(&c->me->switched)) {
 			/* Still on TCP: the server reads the end of the stream there. */
+			atomic_fetch_or(&c->me->state, ULS_SIDE_TCP_SHUT);
 			int r = uls_libc.shutdown(fd, SHUT_WR);
 			unlock(c, TXL);
 			if (r < 0)

@@ -18,6 +18,7 @@
 static pthread_mutex_t stat_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct uls_stat_file *stat_map;
 static pid_t stat_pid;
+static int stat_fd = -1;
 static int slot_hint;
 
 static void stat_path(char *buf, size_t len, pid_t pid)
@@ -39,6 +40,16 @@ static struct uls_stat_file *stat_open(void)
 	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return NULL;
+	/*
+	 * The name goes at once, so nothing is left behind however the process ends;
+	 * `ulsock stat` finds the file through /proc/PID/fd, where this descriptor stays.
+	 */
+	unlink(path);
+	int hi = uls_libc.fcntl(fd, F_DUPFD_CLOEXEC, 900);
+	if (hi >= 0) {
+		uls_libc.close(fd);
+		fd = hi;
+	}
 	if (ftruncate(fd, sizeof(struct uls_stat_file)) == 0) {
 		map = mmap(NULL, sizeof(struct uls_stat_file), PROT_READ | PROT_WRITE, MAP_SHARED,
 			   fd, 0);
@@ -49,7 +60,10 @@ static struct uls_stat_file *stat_open(void)
 			stat_map->magic = ULS_STAT_MAGIC;
 		}
 	}
-	uls_libc.close(fd);
+	if (!stat_map)
+		uls_libc.close(fd);
+	else
+		stat_fd = fd;
 	return stat_map;
 }
 
@@ -86,6 +100,9 @@ void *uls_stat_atfork_child(void)
 
 	/* The parent's file stays the parent's: the child moves its records to its own. */
 	stat_map = NULL;
+	if (stat_fd >= 0)
+		uls_libc.close(stat_fd);
+	stat_fd = -1;
 	return parent;
 }
 
@@ -95,36 +112,4 @@ void uls_stat_unmap(void *parent)
 		munmap(parent, sizeof(struct uls_stat_file));
 }
 
-void uls_stat_fini(void)
-{
-	char path[96];
 
-	if (stat_map && stat_pid == getpid()) {
-		stat_path(path, sizeof(path), stat_pid);
-		unlink(path);
-	}
-}
-
-int uls_stat_sweep(void)
-{
-	char prefix[64], path[320];
-	struct dirent *de;
-	DIR *d = opendir("/dev/shm");
-	int n = 0;
-
-	if (!d)
-		return 0;
-	snprintf(prefix, sizeof(prefix), "ulsock-stat.%u.", (unsigned)uls_uid());
-	while ((de = readdir(d)) != NULL) {
-		if (strncmp(de->d_name, prefix, strlen(prefix)) != 0)
-			continue;
-		long pid = strtol(de->d_name + strlen(prefix), NULL, 10);
-		if (pid > 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH) {
-			snprintf(path, sizeof(path), "/dev/shm/%s", de->d_name);
-			unlink(path);
-			n++;
-		}
-	}
-	closedir(d);
-	return n;
-}

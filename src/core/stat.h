@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Per-process connection records for `ulsock stat`: a file in /dev/shm per process
- * (mode 0600), an array of fixed-size slots written only by that process.
+ * Per-process connection records for `ulsock stat`: an unlinked file in /dev/shm per
+ * process (mode 0600), kept open as a descriptor that `ulsock stat` reaches through
+ * /proc/PID/fd; an array of fixed-size slots written only by that process.
  */
 #ifndef ULS_STAT_H
 #define ULS_STAT_H
@@ -38,9 +39,5 @@ void uls_stat_release(struct uls_stat_rec *r);
  * child can move its records) and writes its own from now on. */
 void *uls_stat_atfork_child(void);
 void uls_stat_unmap(void *parent);
-/* Removes the files of this user's dead processes; returns how many. */
-int uls_stat_sweep(void);
-/* Removes the file at exit. */
-void uls_stat_fini(void);
 
 #endif

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * execve and friends. An accelerated socket that survives exec keeps working only if the
+ * execve and friends, and sigaction. An accelerated socket that survives exec keeps working only if the
  * new program runs ulsock too (it finds the connection again through the socket's inode).
  * A program that clears LD_PRELOAD from its children's environment would otherwise read
  * wake-up bytes as data, so while this process holds accelerated connections, exec puts
@@ -9,6 +9,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "preload.h"
 #include "../core/conn.h"
 #include "../core/log.h"
+#include "../core/wait.h"
 
 typedef int (*execve_fn)(const char *, char *const[], char *const[]);
 typedef int (*execvpe_fn)(const char *, char *const[], char *const[]);
@@ -195,5 +197,21 @@ ULS_EXPORT int execle(const char *path, const char *arg, ...)
 	va_start(ap, arg);
 	int r = exec_list(path, arg, ap, 1, 0);
 	va_end(ap);
+	return r;
+}
+
+/* sigaction: ulsock's waits emulate SA_RESTART, so they need to know the handlers. */
+typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+
+ULS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+	static sigaction_fn real;
+	int r;
+
+	if (!real)
+		real = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
+	r = real(sig, act, old);
+	if (r == 0 && act)
+		uls_signal_note(sig, act);
 	return r;
 }

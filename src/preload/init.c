@@ -24,11 +24,6 @@ static void atfork_prepare(void)
 	uls_conn_mark_shared_all();
 }
 
-static void at_exit(void)
-{
-	uls_stat_fini();
-}
-
 static void do_init(void)
 {
 	uls_libc_init();
@@ -37,10 +32,8 @@ static void do_init(void)
 	if (uls_fdtable_init() < 0)
 		uls_cfg.disabled = 1;
 	pthread_atfork(atfork_prepare, NULL, atfork_child);
-	atexit(at_exit);
 	if (!uls_cfg.disabled) {
 		uls_seg_sweep();
-		uls_stat_sweep();
 	}
 	uls_ready = 1;
 	uls_dbg("loaded, profile %s", uls_profile_name(uls_cfg.profile));

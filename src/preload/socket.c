@@ -172,7 +172,7 @@ ULS_EXPORT int shutdown(int fd, int how)
 	uls_ensure_init();
 	struct uls_conn *c = uls_fd_conn(fd);
 
-	if (!c || uls_conn_kernel_parts(c) == (ULS_KERNEL_RX | ULS_KERNEL_TX))
+	if (!c || !c->seg.hdr || atomic_load(&c->path) == ULS_PATH_KERNEL)
 		return uls_libc.shutdown(fd, how);
 	return (int)uls_ret(uls_conn_shutdown(c, fd, how));
 }

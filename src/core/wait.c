@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: MIT */
+#include "wait.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "conn.h"
+#include "cpu.h"
+#include "../preload/libc.h"
+
+void uls_waitq_init(struct uls_waitq *q)
+{
+	pthread_condattr_t a;
+
+	pthread_mutex_init(&q->mu, NULL);
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(&q->cv, &a);
+	pthread_condattr_destroy(&a);
+	q->leader = q->waiters = 0;
+	q->gen = 0;
+}
+
+void uls_waitq_fini(struct uls_waitq *q)
+{
+	pthread_cond_destroy(&q->cv);
+	pthread_mutex_destroy(&q->mu);
+}
+
+void uls_waitq_kick(struct uls_waitq *q)
+{
+	pthread_mutex_lock(&q->mu);
+	if (q->waiters) {
+		q->gen++;
+		pthread_cond_broadcast(&q->cv);
+	}
+	pthread_mutex_unlock(&q->mu);
+}
+
+/* Signals whose handler was installed without SA_RESTART, as a bit set. */
+static _Atomic uint64_t no_restart;
+
+void uls_signal_note(int sig, const struct sigaction *act)
+{
+	uint64_t bit;
+
+	if (sig <= 0 || sig >= 64 || !act)
+		return;
+	bit = 1ull << sig;
+	if (act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN &&
+	    !(act->sa_flags & SA_RESTART))
+		atomic_fetch_or(&no_restart, bit);
+	else
+		atomic_fetch_and(&no_restart, ~bit);
+}
+
+int uls_signals_interrupt(void)
+{
+	return atomic_load(&no_restart) != 0;
+}
+
+static int ms_until(uint64_t deadline, int max_ms)
+{
+	uint64_t now;
+	int ms;
+
+	if (!deadline)
+		return max_ms;
+	now = uls_now_ns();
+	if (now >= deadline)
+		return 0;
+	ms = (int)((deadline - now + 999999) / 1000000);
+	return max_ms >= 0 && max_ms < ms ? max_ms : ms;
+}
+
+static int lead(struct uls_conn *c, int fd, uint64_t deadline, int drain, int max_ms)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+	int ms = ms_until(deadline, max_ms), r;
+
+	if (deadline && ms == 0)
+		return -EAGAIN;
+	r = uls_libc.poll(&p, 1, ms);
+	if (r < 0)
+		return errno == EINTR && uls_signals_interrupt() ? -EINTR : 0;
+	if (r > 0 && drain)
+		uls_conn_drain(c, fd);
+	if (r == 0 && deadline && uls_now_ns() >= deadline)
+		return -EAGAIN;
+	return 0;
+}
+
+static int follow(struct uls_waitq *q, uint64_t deadline, int max_ms)
+{
+	unsigned g = q->gen;
+	struct timespec ts;
+	uint64_t until = deadline;
+
+	if (max_ms >= 0) {
+		uint64_t cap = uls_now_ns() + (uint64_t)max_ms * 1000000u;
+		if (!until || cap < until)
+			until = cap;
+	}
+	while (q->gen == g && q->leader) {
+		if (!until) {
+			pthread_cond_wait(&q->cv, &q->mu);
+			continue;
+		}
+		ts.tv_sec = (time_t)(until / 1000000000u);
+		ts.tv_nsec = (long)(until % 1000000000u);
+		if (pthread_cond_timedwait(&q->cv, &q->mu, &ts) == ETIMEDOUT)
+			return deadline && uls_now_ns() >= deadline ? -EAGAIN : 0;
+	}
+	return 0;
+}
+
+int uls_wait(struct uls_conn *c, int fd, uint64_t deadline, int drain, int max_ms)
+{
+	struct uls_waitq *q = &c->wq;
+	int r;
+
+	pthread_mutex_lock(&q->mu);
+	q->waiters++;
+	if (q->leader) {
+		r = follow(q, deadline, max_ms);
+		q->waiters--;
+		pthread_mutex_unlock(&q->mu);
+		return r;
+	}
+	q->leader = 1;
+	pthread_mutex_unlock(&q->mu);
+	r = lead(c, fd, deadline, drain, max_ms);
+	pthread_mutex_lock(&q->mu);
+	q->leader = 0;
+	q->waiters--;
+	q->gen++;
+	pthread_cond_broadcast(&q->cv);
+	pthread_mutex_unlock(&q->mu);
+	return r;
+}
