@@ -65,6 +65,7 @@ static void load_trusted(void)
 	const char *s = getenv(ULSOCK_ENV_TRUST_UIDS);
 	char *end;
 
+	uls_cfg.ntrusted = 0;
 	while (s && *s && uls_cfg.ntrusted < ULS_MAX_TRUSTED) {
 		unsigned long v = strtoul(s, &end, 10);
 		if (end == s)
@@ -113,7 +114,6 @@ uid_t uls_uid(void)
 {
 	if (!uid_known) {
 		uls_cfg.uid = getuid();
-	uid_known = 1;
 		uid_known = 1;
 	}
 	return uls_cfg.uid;

@@ -29,6 +29,7 @@ struct uls_conn *uls_conn_alloc(void)
 	pthread_mutex_init(&c->mu, NULL);
 	uls_waitq_init(&c->wq);
 	c->refs = 1;
+	c->life = 1;
 	c->stat = uls_stat_slot();
 	pthread_mutex_lock(&list_mu);
 	c->next = conn_list;
@@ -49,6 +50,33 @@ static void conn_unlist(struct uls_conn *c)
 	pthread_mutex_unlock(&list_mu);
 }
 
+/*
+ * Freed conns wait a while before their memory goes back to malloc: a thread that read
+ * the pointer just before a concurrent close() may still try uls_conn_hold on it.
+ */
+#define RETIRED_MAX 64
+static struct uls_conn *retired[RETIRED_MAX];
+static int nretired;
+
+static void conn_free_later(struct uls_conn *c)
+{
+	struct uls_conn *old = NULL;
+
+	pthread_mutex_lock(&list_mu);
+	if (nretired == RETIRED_MAX) {
+		old = retired[0];
+		memmove(retired, retired + 1, (RETIRED_MAX - 1) * sizeof(*retired));
+		nretired--;
+	}
+	retired[nretired++] = c;
+	pthread_mutex_unlock(&list_mu);
+	if (old) {
+		uls_waitq_fini(&old->wq);
+		pthread_mutex_destroy(&old->mu);
+		free(old);
+	}
+}
+
 /* Accepts NULL and half-built conns. */
 static void conn_destroy(struct uls_conn *c)
 {
@@ -56,10 +84,25 @@ static void conn_destroy(struct uls_conn *c)
 		return;
 	conn_unlist(c);
 	uls_stat_release(c->stat);
+	c->stat = NULL;
 	uls_seg_unmap(&c->seg);
-	uls_waitq_fini(&c->wq);
-	pthread_mutex_destroy(&c->mu);
-	free(c);
+	conn_free_later(c);
+}
+
+int uls_conn_hold(struct uls_conn *c)
+{
+	int v = atomic_load(&c->life);
+
+	while (v > 0)
+		if (atomic_compare_exchange_weak(&c->life, &v, v + 1))
+			return 1;
+	return 0;
+}
+
+void uls_conn_unhold(struct uls_conn *c)
+{
+	if (atomic_fetch_sub(&c->life, 1) == 1)
+		conn_destroy(c);
 }
 
 void uls_conn_get(struct uls_conn *c)
@@ -153,7 +196,7 @@ void uls_conn_set_kernel(struct uls_conn *c, int fd, const char *reason)
 	pthread_mutex_unlock(&c->mu);
 	/* A client whose peer will never attach has no use for its segment's name. */
 	if (c->role == ULS_CLIENT && c->seg.hdr)
-		uls_seg_unlink(c->seg.ino);
+		uls_seg_remove(&c->seg);
 	uls_conn_log_path(c, fd);
 }
 
@@ -184,7 +227,7 @@ struct uls_conn *uls_conn_connect_prepare(int fd, const struct sockaddr *dst, ui
 	err = uls_seg_create(&c->seg, st.st_ino, uls_sock_cookie(fd), c2s, s2c);
 	if (err < 0) {
 		snprintf(reason, rlen, "cannot create segment: %s", strerror(-err));
-		conn_destroy(c);
+		uls_conn_unhold(c);
 		return NULL;
 	}
 	bind_role(c, ULS_CLIENT);
@@ -198,8 +241,8 @@ struct uls_conn *uls_conn_connect_prepare(int fd, const struct sockaddr *dst, ui
 void uls_conn_connect_done(struct uls_conn *c, int fd, int err)
 {
 	if (err && err != EINPROGRESS) {
-		uls_seg_unlink(c->seg.ino);
-		conn_destroy(c);
+		uls_seg_remove(&c->seg);
+		uls_conn_unhold(c);
 		return;
 	}
 	fill_names(c, fd);
@@ -229,7 +272,7 @@ static const char *server_attach(struct uls_conn *c, int fd, char *why, size_t w
 			 (unsigned)id.uid);
 		return why;
 	}
-	err = uls_seg_open(&c->seg, id.ino, id.cookie);
+	err = uls_seg_open_as(&c->seg, id.uid, id.ino, id.cookie);
 	if (err == -ENOENT)
 		return "peer does not run ulsock";
 	if (err < 0) {
@@ -290,7 +333,7 @@ struct uls_conn *uls_conn_adopt(int fd)
 	}
 	if (uls_diag_lookup((struct sockaddr *)&c->peer_sa, (struct sockaddr *)&c->local_sa,
 			    &id) == 0 &&
-	    uls_seg_open(&c->seg, id.ino, id.cookie) == 0) {
+	    uls_seg_open_as(&c->seg, id.uid, id.ino, id.cookie) == 0) {
 		struct uls_side *srv = &c->seg.hdr->side[ULS_SERVER];
 		if ((atomic_load(&srv->state) & ULS_SIDE_ATTACHED) &&
 		    atomic_load(&srv->cookie) == cookie) {
@@ -343,7 +386,7 @@ static void conn_release_shared(struct uls_conn *c)
 	if ((c->role == ULS_CLIENT && !(peer_state & ULS_SIDE_ATTACHED)) ||
 	    (peer_state & ULS_SIDE_CLOSED) || atomic_load(&c->peer_gone) ||
 	    pid_dead(atomic_load(&c->peer->pid)))
-		uls_seg_unlink(c->seg.ino);
+		uls_seg_remove(&c->seg);
 }
 
 int uls_conn_close(struct uls_conn *c, int fd, int do_close)
@@ -359,6 +402,7 @@ int uls_conn_close(struct uls_conn *c, int fd, int do_close)
 		uls_conn_drain(c, fd);
 	if (atomic_load(&c->path) == ULS_PATH_PENDING && c->role == ULS_CLIENT)
 		uls_conn_set_kernel(c, fd, "peer never attached (not running ulsock?)");
+	atomic_store(&c->closed, 1);
 	if (do_close) {
 		rc = uls_libc.close(fd);
 		err = errno;
@@ -366,7 +410,9 @@ int uls_conn_close(struct uls_conn *c, int fd, int do_close)
 		if (c->seg.hdr && (!atomic_load(&c->shared) || socket_gone(&c->local_sa, &c->peer_sa)))
 			conn_release_shared(c);
 	}
-	conn_destroy(c);
+	/* Threads still waiting on the connection in this process give up. */
+	uls_waitq_kick(&c->wq);
+	uls_conn_unhold(c);
 	errno = err;
 	return rc;
 }

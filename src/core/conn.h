@@ -28,6 +28,8 @@ struct uls_conn {
 	pthread_mutex_t mu; /* process-local fields: refs, path, logged */
 	struct uls_waitq wq; /* threads of this process sleeping on this connection */
 	int refs;           /* descriptors of this process that name the socket */
+	_Atomic int life;   /* 1 while refs > 0, plus one per call in progress */
+	_Atomic int closed; /* the last descriptor was closed: calls still inside fail */
 	int role;           /* ULS_CLIENT or ULS_SERVER */
 	_Atomic int path;
 	_Atomic int nonblock;
@@ -51,6 +53,12 @@ struct uls_conn {
 /* Process-wide list of conns, for fork bookkeeping. */
 struct uls_conn *uls_conn_alloc(void);
 void uls_conn_get(struct uls_conn *c);
+/*
+ * A call in progress holds the conn, so that a close() from another thread cannot free
+ * it underneath. uls_conn_hold fails when the conn is already gone.
+ */
+int uls_conn_hold(struct uls_conn *c);
+void uls_conn_unhold(struct uls_conn *c);
 /*
  * Drops one descriptor's reference and closes fd when do_close (dup2 onto a conn fd lets
  * the kernel close it). The last reference in this process releases the conn; when no

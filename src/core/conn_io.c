@@ -297,6 +297,8 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 		}
 		if (nonblock)
 			return done ? (ssize_t)done : -EAGAIN;
+		if (atomic_load(&c->closed))
+			return done ? (ssize_t)done : -EBADF;
 		unlock(c, TXL);
 		int r = wait_tx(c, fd, deadline, &backoff);
 		lock(c, TXL);
@@ -442,34 +444,30 @@ static ssize_t tcp_recv_pending(struct uls_conn *c, int fd, struct msghdr *msg, 
 	return -EALREADY;
 }
 
+/* Receives what the ring holds, waiting for something unless non-blocking. */
 static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags,
 			 size_t total, int nonblock)
 {
-	size_t done = 0;
-
 	for (;;) {
 		uint64_t head = atomic_load_explicit(&c->rx->sh->cons.head, memory_order_relaxed);
 		int64_t avail = uls_ring_readable(c->rx, head);
 		if (avail < 0) {
 			broken(c, fd, "producer position out of range");
-			return done ? (ssize_t)done : -ECONNRESET;
+			return -ECONNRESET;
 		}
 		if (avail > 0) {
-			size_t n = total - done < (uint64_t)avail ? total - done : (size_t)avail;
-			uls_ring_copy_out(c->rx, head, msg->msg_iov, (int)msg->msg_iovlen, done, n);
-			done += n;
+			size_t n = total < (uint64_t)avail ? total : (size_t)avail;
+			/* MSG_TRUNC on a stream: the bytes are consumed, not copied. */
+			if (!(flags & MSG_TRUNC))
+				uls_ring_copy_out(c->rx, head, msg->msg_iov, (int)msg->msg_iovlen, 0, n);
 			if (flags & MSG_PEEK)
-				return (ssize_t)done;
+				return (ssize_t)n;
 			/* Release: the producer may reuse the space once it sees the new head. */
 			atomic_store_explicit(&c->rx->sh->cons.head, head + n, memory_order_release);
 			atomic_fetch_add_explicit(&c->me->rx_bytes, n, memory_order_relaxed);
 			wake_producer(c, fd);
-			if (done == total || !(flags & MSG_WAITALL))
-				return (ssize_t)done;
-			continue;
+			return (ssize_t)n;
 		}
-		if (done)
-			return (ssize_t)done;
 		if (atomic_load(&c->broken))
 			return -ECONNRESET;
 		if (atomic_load(&c->rx->sh->prod.eof) || atomic_load(&c->peer_gone)) {
@@ -482,6 +480,10 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 			int e = atomic_load(&c->rx->sh->prod.eof) ? 0 : atomic_load(&c->peer_err);
 			return e ? -e : 0;
 		}
+		if (atomic_load(&c->shut_rd))
+			return 0;
+		if (atomic_load(&c->closed))
+			return -EBADF;
 		if (nonblock)
 			return -EAGAIN;
 		unlock(c, RXL);
@@ -492,10 +494,34 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 	}
 }
 
+/* Fills tmp with the part of iov that starts `skip` bytes in; returns the count. */
+static int iov_window(const struct iovec *iov, int iovcnt, size_t skip, struct iovec *tmp,
+		      int max)
+{
+	int k = 0;
+
+	for (int i = 0; i < iovcnt && k < max; i++) {
+		if (skip >= iov[i].iov_len) {
+			skip -= iov[i].iov_len;
+			continue;
+		}
+		tmp[k].iov_base = (char *)iov[i].iov_base + skip;
+		tmp[k].iov_len = iov[i].iov_len - skip;
+		skip = 0;
+		k++;
+	}
+	return k;
+}
+
+/*
+ * One receive: TCP data before the ring took over, then the ring. MSG_WAITALL goes on
+ * across both until the buffer is full, the stream ends, or an error or signal stops it.
+ */
 ssize_t uls_conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags)
 {
-	size_t total = iov_total(msg->msg_iov, (int)msg->msg_iovlen);
+	size_t total = iov_total(msg->msg_iov, (int)msg->msg_iovlen), done = 0;
 	int nonblock = (flags & MSG_DONTWAIT) || atomic_load(&c->nonblock);
+	struct iovec tmp[64];
 	ssize_t n;
 
 	msg->msg_flags = 0;
@@ -505,10 +531,16 @@ ssize_t uls_conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags)
 		return 0;
 	lock(c, RXL);
 	for (;;) {
+		struct msghdr m = *msg;
+		if (done) {
+			m.msg_iov = tmp;
+			m.msg_iovlen = (size_t)iov_window(msg->msg_iov, (int)msg->msg_iovlen, done, tmp,
+							  64);
+		}
 		if (c->role == ULS_CLIENT && !peer_attached(c)) {
-			n = tcp_recv_pending(c, fd, msg, flags, nonblock);
+			n = tcp_recv_pending(c, fd, &m, flags, nonblock);
 		} else if (c->role == ULS_SERVER && !rx_token_zone(c)) {
-			n = tcp_recv_before_switch(c, fd, msg, flags, total, nonblock);
+			n = tcp_recv_before_switch(c, fd, &m, flags, total - done, nonblock);
 		} else {
 			if (c->role == ULS_CLIENT && atomic_load(&c->path) == ULS_PATH_PENDING) {
 				/* The server attached: its bytes come on the ring from now on. */
@@ -523,12 +555,20 @@ ssize_t uls_conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags)
 					client_switch(c, fd);
 				unlock(c, TXL);
 			}
-			n = ring_recv(c, fd, msg, flags, total, nonblock);
+			n = ring_recv(c, fd, &m, flags, total - done, nonblock);
 		}
-		if (n != -EALREADY)
-			break;
+		if (n == -EALREADY)
+			continue;
+		if (n > 0) {
+			done += (size_t)n;
+			if ((flags & MSG_WAITALL) && !(flags & MSG_PEEK) && done < total)
+				continue;
+		}
+		break;
 	}
 	unlock(c, RXL);
+	if (done)
+		n = (ssize_t)done;
 	if (c->stat && n > 0 && !(flags & MSG_PEEK))
 		atomic_fetch_add_explicit(&c->stat->rx_bytes, (uint64_t)n, memory_order_relaxed);
 	return n;

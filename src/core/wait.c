@@ -82,9 +82,13 @@ static int lead(struct uls_conn *c, int fd, uint64_t deadline, int drain, int ma
 
 	if (deadline && ms == 0)
 		return -EAGAIN;
+	if (atomic_load(&c->closed))
+		return -EBADF;
 	r = uls_libc.poll(&p, 1, ms);
+	if (r > 0 && (p.revents & POLLNVAL))
+		return -EBADF;
 	if (r < 0)
-		return errno == EINTR && uls_signals_interrupt() ? -EINTR : 0;
+		return errno == EINTR && (deadline || uls_signals_interrupt()) ? -EINTR : 0;
 	if (r > 0 && drain)
 		uls_conn_drain(c, fd);
 	if (r == 0 && deadline && uls_now_ns() >= deadline)
@@ -122,6 +126,10 @@ int uls_wait(struct uls_conn *c, int fd, uint64_t deadline, int drain, int max_m
 	int r;
 
 	pthread_mutex_lock(&q->mu);
+	if (atomic_load(&c->closed)) {
+		pthread_mutex_unlock(&q->mu);
+		return -EBADF;
+	}
 	q->waiters++;
 	if (q->leader) {
 		r = follow(q, deadline, max_ms);

@@ -10,16 +10,59 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "../../core/config.h"
+#include "../../core/log.h"
 #include "../../preload/libc.h"
 
 #define SHM_DIR "/dev/shm"
 
+void uls_seg_path_of(char *buf, size_t len, uid_t uid, uint64_t ino)
+{
+	snprintf(buf, len, SHM_DIR "/ulsock.%u.%llu", (unsigned)uid, (unsigned long long)ino);
+}
+
 void uls_seg_path(char *buf, size_t len, uint64_t ino)
 {
-	snprintf(buf, len, SHM_DIR "/ulsock.%u.%llu", (unsigned)uls_uid(), (unsigned long long)ino);
+	uls_seg_path_of(buf, len, uls_uid(), ino);
+}
+
+/*
+ * With ULSOCK_TRUST_UIDS, the trusted users' processes must be able to open the file:
+ * a POSIX ACL grants each of them read and write, nobody else gains anything.
+ */
+static void grant_trusted(int fd)
+{
+	struct {
+		uint16_t tag, perm;
+		uint32_t id;
+	} e[ULS_MAX_TRUSTED + 4];
+	uint8_t blob[4 + sizeof(e)];
+	uint32_t version = 2;
+	int n = 0;
+
+	if (uls_cfg.ntrusted == 0)
+		return;
+	e[n++] = (typeof(e[0])){0x01, 6, UINT32_MAX}; /* owner */
+	for (int i = 0; i < uls_cfg.ntrusted; i++)
+		if (uls_cfg.trusted[i] != uls_uid())
+			e[n++] = (typeof(e[0])){0x02, 6, (uint32_t)uls_cfg.trusted[i]};
+	/* The kernel wants named users sorted by id. */
+	for (int i = 1; i < n; i++)
+		for (int j = i; j > 1 && e[j].id < e[j - 1].id; j--) {
+			typeof(e[0]) t = e[j];
+			e[j] = e[j - 1];
+			e[j - 1] = t;
+		}
+	e[n++] = (typeof(e[0])){0x04, 0, UINT32_MAX}; /* group */
+	e[n++] = (typeof(e[0])){0x10, 6, UINT32_MAX}; /* mask */
+	e[n++] = (typeof(e[0])){0x20, 0, UINT32_MAX}; /* other */
+	memcpy(blob, &version, 4);
+	memcpy(blob + 4, e, (size_t)n * sizeof(e[0]));
+	if (fsetxattr(fd, "system.posix_acl_access", blob, 4 + (size_t)n * sizeof(e[0]), 0) < 0)
+		uls_warn("cannot grant trusted uids access to a segment: %s", strerror(errno));
 }
 
 static uint64_t layout_total(uint64_t c2s, uint64_t s2c)
@@ -68,6 +111,7 @@ int uls_seg_create(struct uls_seg *seg, uint64_t ino, uint64_t cookie, uint64_t 
 		err = -errno;
 		goto err_unlink;
 	}
+	grant_trusted(fd);
 	uls_libc.close(fd);
 
 	id = map;
@@ -86,6 +130,7 @@ int uls_seg_create(struct uls_seg *seg, uint64_t ino, uint64_t cookie, uint64_t 
 	atomic_store_explicit((_Atomic uint64_t *)&id->magic, ULS_SEG_MAGIC, memory_order_release);
 	seg_bind(seg, map, total, c2s_size, s2c_size);
 	seg->ino = ino;
+	seg->uid = uls_uid();
 	return 0;
 
 err_unlink:
@@ -116,13 +161,18 @@ static int ident_valid(const struct uls_seg_ident *id, uint64_t ino, uint64_t co
 
 int uls_seg_open(struct uls_seg *seg, uint64_t ino, uint64_t cookie)
 {
+	return uls_seg_open_as(seg, uls_uid(), ino, cookie);
+}
+
+int uls_seg_open_as(struct uls_seg *seg, uid_t uid, uint64_t ino, uint64_t cookie)
+{
 	char path[96];
 	struct uls_seg_ident id;
 	struct stat st;
 	void *map;
 	int fd, err;
 
-	uls_seg_path(path, sizeof(path), ino);
+	uls_seg_path_of(path, sizeof(path), uid, ino);
 	fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
@@ -131,7 +181,7 @@ int uls_seg_open(struct uls_seg *seg, uint64_t ino, uint64_t cookie)
 		goto err_close;
 	}
 	err = -EPERM;
-	if (!S_ISREG(st.st_mode) || !uls_config_uid_trusted(st.st_uid))
+	if (!S_ISREG(st.st_mode) || st.st_uid != uid || !uls_config_uid_trusted(st.st_uid))
 		goto err_close;
 	err = -EPROTO;
 	if (st.st_size < (off_t)ULS_SEG_HDR_SIZE || st.st_size > (off_t)(2 * ULS_RING_MAX + 4096))
@@ -150,6 +200,7 @@ int uls_seg_open(struct uls_seg *seg, uint64_t ino, uint64_t cookie)
 	}
 	seg_bind(seg, map, (size_t)st.st_size, id.ring_size[ULS_C2S], id.ring_size[ULS_S2C]);
 	seg->ino = ino;
+	seg->uid = uid;
 	return 0;
 
 err_close:
@@ -163,6 +214,14 @@ void uls_seg_unmap(struct uls_seg *seg)
 		munmap(seg->hdr, seg->map_size);
 	if (seg)
 		memset(seg, 0, sizeof(*seg));
+}
+
+void uls_seg_remove(const struct uls_seg *seg)
+{
+	char path[96];
+
+	uls_seg_path_of(path, sizeof(path), seg->uid, seg->ino);
+	unlink(path);
 }
 
 void uls_seg_unlink(uint64_t ino)
@@ -197,9 +256,10 @@ int uls_seg_sweep(void)
 		fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd < 0)
 			continue;
+		/* A file still being created has no identity yet: leave it to its creator. */
 		if (pread(fd, &hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr) &&
-		    pid_gone(hdr.id.client_pid) && pid_gone(hdr.side[ULS_CLIENT].pid) &&
-		    pid_gone(hdr.side[ULS_SERVER].pid)) {
+		    hdr.id.magic == ULS_SEG_MAGIC && pid_gone(hdr.id.client_pid) &&
+		    pid_gone(hdr.side[ULS_CLIENT].pid) && pid_gone(hdr.side[ULS_SERVER].pid)) {
 			unlink(path);
 			n++;
 		}

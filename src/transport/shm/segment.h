@@ -87,6 +87,7 @@ struct uls_seg {
 	size_t map_size;
 	struct uls_ring ring[2];
 	uint64_t ino; /* the client socket inode that names the file */
+	uid_t uid;    /* the client's uid, also part of the name */
 };
 
 /*
@@ -103,14 +104,21 @@ int uls_seg_create(struct uls_seg *seg, uint64_t ino, uint64_t cookie, uint64_t 
  */
 int uls_seg_open(struct uls_seg *seg, uint64_t ino, uint64_t cookie);
 
+/* The same, for a segment created by another (trusted) user. */
+int uls_seg_open_as(struct uls_seg *seg, uid_t uid, uint64_t ino, uint64_t cookie);
+
+/* Removes the name of a mapped segment (created by this or another user). */
+void uls_seg_remove(const struct uls_seg *seg);
+
 /* Unmaps; accepts a zeroed seg. */
 void uls_seg_unmap(struct uls_seg *seg);
 
 /* Removes the file name; the mapping stays valid. */
 void uls_seg_unlink(uint64_t ino);
 
-/* Writes the file name of the segment for inode ino into buf. */
+/* Writes the file name of this user's segment for inode ino into buf. */
 void uls_seg_path(char *buf, size_t len, uint64_t ino);
+void uls_seg_path_of(char *buf, size_t len, uid_t uid, uint64_t ino);
 
 /* Removes segments of this user whose processes are all gone; returns how many. */
 int uls_seg_sweep(void);

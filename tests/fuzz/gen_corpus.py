@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Writes the seed inputs of fuzz_ring into tests/fuzz/corpus/fuzz_ring/.
+
+The input layout is described at the top of fuzz_ring.c; the segment layout mirrors
+src/transport/shm/segment.h (struct uls_seg_ident, then two struct uls_side of three
+cache lines each, then the two rings' shared positions). Rerun after a layout change:
+
+    python3 tests/fuzz/gen_corpus.py
+"""
+import os
+import struct
+
+MAGIC = 0x0031474553534C55  # "ULSSEG1"
+VERSION = 1
+HDR = 4096
+RING_MIN = 4096
+IDENT_SIZE = 128
+SIDE_SIZE = 3 * 64
+RING_HDR = 128           # struct uls_ring_shared: prod line, cons line
+RINGS_OFF = IDENT_SIZE + 2 * SIDE_SIZE
+PATCH_INO, PATCH_COOKIE = 1, 2
+COOKIE = 0x1122334455667788
+U64 = (1 << 64) - 1
+
+# Operation kinds of run_op(); the ring is (op >> 3) % number of rings:
+# 0 = the local ring, 1 = c2s, 2 = s2c when the image validated.
+SET_TAIL, SET_HEAD, NEAR_TAIL, NEAR_HEAD, READ, WRITE, PEEK, RESET = range(8)
+
+
+def ident(c2s, s2c, magic=MAGIC, version=VERSION, total=None, offs=None):
+    total = HDR + c2s + s2c if total is None else total
+    offs = offs or (HDR, HDR + c2s)
+    return struct.pack("<QIIQQQQQQQII", magic, version, HDR, total, offs[0], offs[1],
+                       c2s, s2c, 0, 0, 0, 0).ljust(IDENT_SIZE, b"\0")
+
+
+def image(idb, pos=((0, 0), (0, 0))):
+    """An image of the header page: identity, zeroed sides, ring positions (head, tail)."""
+    img = bytearray(RINGS_OFF + 2 * RING_HDR)
+    img[:IDENT_SIZE] = idb
+    for i, (head, tail) in enumerate(pos):
+        base = RINGS_OFF + i * RING_HDR
+        struct.pack_into("<Q", img, base, tail & U64)
+        struct.pack_into("<Q", img, base + 64, head & U64)
+    return bytes(img)
+
+
+def op(kind, value, ring=0, extra=0):
+    return struct.pack("<BQ", (kind & 7) | (ring << 3) | (extra << 5), value & U64)
+
+
+def seed(img, file_size, ops=b"", flags=PATCH_INO | PATCH_COOKIE, local_log=0):
+    return struct.pack("<BBHI", flags | (local_log << 4), 0, len(img), file_size) + img + ops
+
+
+def main():
+    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "fuzz_ring")
+    os.makedirs(out, exist_ok=True)
+    small = HDR + 2 * RING_MIN
+    traffic = b"".join([op(WRITE, 1000, r) + op(READ, 999, r) + op(WRITE, 5000, r) +
+                        op(PEEK, 17, r) + op(READ, 8191, r) for r in (0, 1, 2)])
+    hostile = b"".join([op(SET_TAIL, 1 << 63, r) + op(READ, 100, r) +
+                        op(NEAR_TAIL, 3 * RING_MIN, r) + op(READ, 100, r) +
+                        op(SET_HEAD, U64, r) + op(WRITE, 100, r) +
+                        op(NEAR_HEAD, RING_MIN + 1, r) + op(WRITE, 100, r) +
+                        op(RESET, U64 - 10, r, 3) + op(WRITE, 4000, r) + op(READ, 4000, r)
+                        for r in (0, 1, 2)])
+    seeds = {
+        "valid_small": seed(image(ident(RING_MIN, RING_MIN)), small, traffic),
+        "valid_mixed": seed(image(ident(4 * RING_MIN, 2 * RING_MIN)),
+                            HDR + 6 * RING_MIN, traffic, local_log=2),
+        # Positions the creator left near the u64 wrap, with data waiting in c2s.
+        "valid_wrap": seed(image(ident(RING_MIN, RING_MIN),
+                                 ((U64 - 99, U64 - 99 + 3000), (U64, U64))),
+                           small, traffic),
+        # A tail more than a ring ahead, and a head ahead of the tail, in the image.
+        "hostile_positions": seed(image(ident(RING_MIN, RING_MIN),
+                                        ((5, 5 + RING_MIN + 1), (100, 50))), small, hostile),
+        "hostile_updates": seed(image(ident(RING_MIN, RING_MIN)), small, hostile,
+                                local_log=1),
+        "bad_magic": seed(image(ident(RING_MIN, RING_MIN, magic=MAGIC ^ 1)), small),
+        "bad_version": seed(image(ident(RING_MIN, RING_MIN, version=2)), small),
+        "bad_ring_size": seed(image(ident(RING_MIN + 64, RING_MIN)), small + 64),
+        "bad_offsets": seed(image(ident(RING_MIN, RING_MIN, offs=(HDR + 64, HDR + RING_MIN))),
+                            small),
+        "bad_total": seed(image(ident(RING_MIN, RING_MIN, total=small + HDR)), small + HDR),
+        "truncated": seed(image(ident(RING_MIN, RING_MIN)), small - 1),
+        "short_file": seed(image(ident(RING_MIN, RING_MIN))[:100], 100),
+        "no_patch": seed(image(ident(RING_MIN, RING_MIN)), small, traffic, flags=0),
+        "local_only": seed(b"", 0, hostile + traffic, local_log=4),
+    }
+    for name, data in seeds.items():
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(data)
+    print(f"wrote {len(seeds)} seeds to {out}")
+
+
+if __name__ == "__main__":
+    main()
