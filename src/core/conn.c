@@ -376,7 +376,9 @@ static void conn_release_shared(struct uls_conn *c)
 
 	atomic_store(&c->tx->sh->prod.eof, 1);
 	atomic_store(&c->rx->sh->cons.closed, 1);
-	atomic_fetch_or_explicit(&c->me->state, ULS_SIDE_CLOSED, memory_order_seq_cst);
+	atomic_fetch_or_explicit(&c->me->state,
+				 ULS_SIDE_CLOSED | (atomic_load(&c->linger_reset) ? ULS_SIDE_RESET : 0),
+				 memory_order_seq_cst);
 	peer_state = atomic_load_explicit(&c->peer->state, memory_order_seq_cst);
 	/*
 	 * Whoever closes last removes the name. A FIN on the wake-up stream comes only from

@@ -95,7 +95,6 @@ static void wake_producer(struct uls_conn *c, int fd)
 
 static void note_peer_end(struct uls_conn *c, int err)
 {
-	uls_dbg("peer end seen (err %d, role %d, token zone %d)", err, c->role, rx_token_zone(c));
 	if (err && !atomic_load(&c->peer_err))
 		atomic_store(&c->peer_err, err);
 	atomic_store(&c->peer_gone, 1);
@@ -106,7 +105,8 @@ void uls_conn_drain(struct uls_conn *c, int fd)
 	char buf[256];
 	ssize_t n;
 
-	if (!c->seg.hdr || !rx_token_zone(c))
+	/* After our own SHUT_RD the kernel reports EOF on the stream: nothing to learn. */
+	if (!c->seg.hdr || !rx_token_zone(c) || atomic_load(&c->shut_rd))
 		return;
 	for (;;) {
 		n = uls_libc.recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
@@ -240,9 +240,9 @@ static int wait_tx(struct uls_conn *c, int fd, uint64_t deadline, int *backoff_m
 	atomic_thread_fence(memory_order_seq_cst);
 	if (tx_ready(c))
 		return 0;
-	if (!rx_token_zone(c)) {
-		/* Unread TCP data keeps the socket readable: wake-ups cannot be seen, so poll
-		 * the ring with a growing sleep instead. */
+	if (!rx_token_zone(c) || atomic_load(&c->shut_rd)) {
+		/* Unread TCP data (or our own SHUT_RD) keeps the socket readable: wake-ups
+		 * cannot be seen, so poll the ring with a growing sleep instead. */
 		*backoff_ms = *backoff_ms ? (*backoff_ms >= 16 ? 16 : *backoff_ms * 2) : 1;
 		struct timespec ts = {0, *backoff_ms * 1000000L};
 		if (deadline && uls_now_ns() >= deadline)
@@ -252,9 +252,9 @@ static int wait_tx(struct uls_conn *c, int fd, uint64_t deadline, int *backoff_m
 	return uls_wait(c, fd, deadline, 1, max_sleep_ms(c));
 }
 
-static ssize_t send_epipe(int flags)
+static ssize_t send_epipe(struct uls_conn *c, int flags)
 {
-	uls_dbg("send: EPIPE");
+	atomic_store(&c->epipe, 1);
 	if (!(flags & MSG_NOSIGNAL))
 		raise(SIGPIPE);
 	return -EPIPE;
@@ -275,7 +275,7 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 			if (!(atomic_load(&c->peer->state) & ULS_SIDE_CLOSED) &&
 			    !atomic_load(&c->peer_gone))
 				return (ssize_t)total;
-			return done ? (ssize_t)done : send_epipe(flags);
+			return done ? (ssize_t)done : send_epipe(c, flags);
 		}
 		uint64_t tail = atomic_load_explicit(&c->tx->sh->prod.tail, memory_order_relaxed);
 		int64_t space = uls_ring_writable(c->tx, tail);
@@ -295,6 +295,7 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 				return (ssize_t)done;
 			continue;
 		}
+		atomic_fetch_add(&c->tx_full, 1);
 		if (nonblock)
 			return done ? (ssize_t)done : -EAGAIN;
 		if (atomic_load(&c->closed))
@@ -307,14 +308,14 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 	}
 }
 
-ssize_t uls_conn_send(struct uls_conn *c, int fd, const struct iovec *iov, int iovcnt,
-		      int flags)
+static ssize_t conn_send(struct uls_conn *c, int fd, const struct iovec *iov, int iovcnt,
+			 int flags)
 {
 	size_t total = iov_total(iov, iovcnt);
 	ssize_t n;
 
 	if (atomic_load(&c->shut_wr))
-		return send_epipe(flags);
+		return send_epipe(c, flags);
 	lock(c, TXL);
 	if (c->role == ULS_CLIENT && !atomic_load(&c->me->switched)) {
 		if (!peer_attached(c)) {
@@ -470,6 +471,9 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 		}
 		if (atomic_load(&c->broken))
 			return -ECONNRESET;
+		if ((atomic_load(&c->peer->state) & ULS_SIDE_RESET) &&
+		    !atomic_exchange(&c->reset_seen, 1))
+			return -ECONNRESET;
 		if (atomic_load(&c->rx->sh->prod.eof) || atomic_load(&c->peer_gone)) {
 			/*
 			 * The peer published its last bytes before it set eof or closed TCP:
@@ -517,7 +521,7 @@ static int iov_window(const struct iovec *iov, int iovcnt, size_t skip, struct i
  * One receive: TCP data before the ring took over, then the ring. MSG_WAITALL goes on
  * across both until the buffer is full, the stream ends, or an error or signal stops it.
  */
-ssize_t uls_conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags)
+static ssize_t conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags)
 {
 	size_t total = iov_total(msg->msg_iov, (int)msg->msg_iovlen), done = 0;
 	int nonblock = (flags & MSG_DONTWAIT) || atomic_load(&c->nonblock);
@@ -574,6 +578,30 @@ ssize_t uls_conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags)
 	return n;
 }
 
+/* Calls in progress hold the conn against a concurrent close() in another thread. */
+ssize_t uls_conn_send(struct uls_conn *c, int fd, const struct iovec *iov, int iovcnt,
+		      int flags)
+{
+	ssize_t n;
+
+	if (!uls_conn_hold(c))
+		return -EBADF;
+	n = conn_send(c, fd, iov, iovcnt, flags);
+	uls_conn_unhold(c);
+	return n;
+}
+
+ssize_t uls_conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags)
+{
+	ssize_t n;
+
+	if (!uls_conn_hold(c))
+		return -EBADF;
+	n = conn_recv(c, fd, msg, flags);
+	uls_conn_unhold(c);
+	return n;
+}
+
 int uls_conn_shutdown(struct uls_conn *c, int fd, int how)
 {
 	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
@@ -603,6 +631,13 @@ int uls_conn_shutdown(struct uls_conn *c, int fd, int how)
 		atomic_store(&c->rx->sh->cons.closed, 1);
 		wake_producer(c, fd);
 	}
+	/*
+	 * The kernel's shutdown wakes this process's threads blocked on the socket, as it
+	 * would with plain TCP (SHUT_RDWR also sends the peer its FIN: we are done both ways).
+	 */
+	if (how != SHUT_WR)
+		uls_libc.shutdown(fd, how);
+	uls_waitq_kick(&c->wq);
 	return 0;
 }
 
@@ -633,6 +668,8 @@ int uls_conn_ready(struct uls_conn *c, int events)
 		r |= POLLOUT;
 	if (atomic_load(&c->shut_wr) && (r & POLLRDHUP))
 		r |= POLLHUP;
+	if (atomic_load(&c->epipe) || (atomic_load(&c->peer->state) & ULS_SIDE_RESET))
+		r |= POLLERR | POLLHUP;
 	return r & (events | POLLERR | POLLHUP);
 }
 
@@ -658,11 +695,13 @@ uint64_t uls_conn_gen(struct uls_conn *c, int events)
 
 	if (!c->seg.hdr)
 		return 0;
+	/* New bytes, or the end of the stream however it is learned, is one edge each. */
 	if (events & POLLIN)
-		g += atomic_load(&c->rx->sh->prod.tail) + atomic_load(&c->rx->sh->prod.eof) +
-		     (uint64_t)atomic_load(&c->peer_gone);
+		g += atomic_load(&c->rx->sh->prod.tail) * 2 +
+		     (atomic_load(&c->rx->sh->prod.eof) || atomic_load(&c->peer_gone));
+	/* Like TCP, a writable edge follows only a send that found no room. */
 	if (events & POLLOUT)
-		g += atomic_load(&c->tx->sh->cons.head) << 1;
+		g += atomic_load(&c->tx_full) << 40;
 	return g;
 }
 

@@ -11,6 +11,7 @@
 #include "conn.h"
 #include "cpu.h"
 #include "fdtable.h"
+#include "log.h"
 #include "../preload/libc.h"
 
 #define KERNEL_RX_BITS (POLLIN | POLLRDHUP | POLLPRI)
@@ -180,6 +181,9 @@ struct uls_epoll {
 	struct epreg **regs; /* indexed by fd */
 	int cap;
 	unsigned round;
+	int *watch;  /* fds whose readiness ulsock may decide: TCP sockets, nested epolls */
+	int nwatch, capwatch;
+	int next;    /* where the next scan of watch starts, so that all get their turn */
 };
 
 static pthread_mutex_t eplist_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -237,6 +241,7 @@ void uls_epoll_put(struct uls_epoll *ep)
 	for (int i = 0; i < ep->cap; i++)
 		free(ep->regs[i]);
 	free(ep->regs);
+	free(ep->watch);
 	pthread_mutex_destroy(&ep->mu);
 	free(ep);
 }
@@ -255,6 +260,39 @@ static int grow(struct uls_epoll *ep, int fd)
 	ep->regs = nr;
 	ep->cap = nc;
 	return 0;
+}
+
+/* Sockets that may become accelerated, and epoll sets that may hold some, are watched. */
+static int worth_watching(int fd)
+{
+	struct uls_fd *e = uls_fd_classify(fd);
+	uint8_t kind = e ? atomic_load(&e->kind) : ULS_FD_PLAIN;
+
+	return kind == ULS_FD_CONN || kind == ULS_FD_TCP || kind == ULS_FD_EPOLL;
+}
+
+static void watch_add(struct uls_epoll *ep, int fd)
+{
+	if (!worth_watching(fd))
+		return;
+	if (ep->nwatch == ep->capwatch) {
+		int nc = ep->capwatch ? ep->capwatch * 2 : 16;
+		int *nw = realloc(ep->watch, (size_t)nc * sizeof(*nw));
+		if (!nw)
+			return;
+		ep->watch = nw;
+		ep->capwatch = nc;
+	}
+	ep->watch[ep->nwatch++] = fd;
+}
+
+static void watch_del(struct uls_epoll *ep, int fd)
+{
+	for (int i = 0; i < ep->nwatch; i++)
+		if (ep->watch[i] == fd) {
+			ep->watch[i] = ep->watch[--ep->nwatch];
+			return;
+		}
 }
 
 static uint32_t kernel_epoll_events(struct epreg *r)
@@ -310,10 +348,13 @@ int uls_epoll_ctl(struct uls_epoll *ep, int epfd, int op, int fd, struct epoll_e
 		r->data = ev->data;
 		r->kev = kernel_epoll_events(r);
 		err = kernel_ctl(ep, epfd, EPOLL_CTL_ADD, r);
-		if (err < 0)
+		if (err < 0) {
 			free(r);
-		else
+		} else {
 			ep->regs[fd] = r;
+			watch_del(ep, fd);
+			watch_add(ep, fd);
+		}
 		break;
 	case EPOLL_CTL_MOD:
 		if (!ev) {
@@ -336,6 +377,7 @@ int uls_epoll_ctl(struct uls_epoll *ep, int epfd, int op, int fd, struct epoll_e
 		err = uls_libc.epoll_ctl(epfd, op, fd, ev) < 0 ? -errno : 0;
 		free(r);
 		ep->regs[fd] = NULL;
+		watch_del(ep, fd);
 		break;
 	default:
 		err = -EINVAL;
@@ -354,6 +396,7 @@ void uls_epoll_forget_fd(int fd)
 		if (fd < ep->cap && ep->regs[fd]) {
 			free(ep->regs[fd]);
 			ep->regs[fd] = NULL;
+			watch_del(ep, fd);
 		}
 		pthread_mutex_unlock(&ep->mu);
 	}
@@ -399,26 +442,61 @@ static void refresh(struct uls_epoll *ep, int epfd, struct epreg *r)
 	}
 }
 
+static int inner_ready(struct uls_epoll *ep, int arm, int depth);
+
+/* User-space readiness of one watched registration (0 when the kernel decides). */
+static int watched_ready(struct uls_epoll *ep, int epfd, struct epreg *r, int arm, int depth)
+{
+	struct uls_fd *e = uls_fd_get(r->fd);
+
+	if (e && atomic_load(&e->kind) == ULS_FD_EPOLL && e->ep && e->ep != ep && depth < 4) {
+		/* A nested epoll set: readable when one of its accelerated sockets is. */
+		int rd = inner_ready(e->ep, arm, depth + 1);
+		return (r->events & EPOLLIN) && rd ? EPOLLIN : 0;
+	}
+	refresh(ep, epfd, r);
+	if (!r->ring || r->fired)
+		return 0;
+	struct uls_conn *c = uls_fd_conn(r->fd);
+	if (!c)
+		return 0;
+	if (arm)
+		uls_conn_arm(c, poll_bits(r->events));
+	return uls_conn_ready(c, poll_bits(r->events)) & poll_bits(r->events | EPOLLERR | EPOLLHUP);
+}
+
+static int inner_ready(struct uls_epoll *ep, int arm, int depth)
+{
+	int any = 0;
+
+	pthread_mutex_lock(&ep->mu);
+	for (int i = 0; i < ep->nwatch && (arm || !any); i++) {
+		struct epreg *r = ep->regs[ep->watch[i]];
+		if (r && r->ring && !r->fired) {
+			struct uls_conn *c = uls_fd_conn(r->fd);
+			if (c && arm)
+				uls_conn_arm(c, poll_bits(r->events));
+			any |= c && (uls_conn_ready(c, poll_bits(r->events)) & poll_bits(r->events));
+		}
+	}
+	pthread_mutex_unlock(&ep->mu);
+	(void)depth;
+	return any;
+}
+
 static int user_pass(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int max, int arm)
 {
-	int n = 0;
+	int n = 0, count = ep->nwatch, start = ep->next;
 
-	for (int fd = 0; fd < ep->cap && n < max; fd++) {
-		struct epreg *r = ep->regs[fd];
+	for (int k = 0; k < count && n < max; k++) {
+		int i = (start + k) % count;
+		struct epreg *r = ep->regs[ep->watch[i]];
 		if (!r)
 			continue;
-		uint8_t kind = atomic_load(&uls_fd_get(fd)->kind);
-		if (!r->ring && kind != ULS_FD_CONN && kind != ULS_FD_TCP)
-			continue;
-		refresh(ep, epfd, r);
-		if (!r->ring)
-			continue;
-		struct uls_conn *c = uls_fd_conn(fd);
-		if (!c || r->fired)
-			continue;
-		if (arm)
-			uls_conn_arm(c, poll_bits(r->events));
-		n += emit(ep, r, uls_conn_ready(c, poll_bits(r->events)) & poll_bits(r->events | EPOLLERR | EPOLLHUP), &evs[n]);
+		int got = emit(ep, r, watched_ready(ep, epfd, r, arm, 0), &evs[n]);
+		n += got;
+		if (got)
+			ep->next = i + 1;
 	}
 	return n;
 }
@@ -458,15 +536,7 @@ static int kernel_pass(struct uls_epoll *ep, int epfd, struct epoll_event *evs, 
 
 static int has_ring(struct uls_epoll *ep)
 {
-	for (int fd = 0; fd < ep->cap; fd++) {
-		struct epreg *r = ep->regs[fd];
-		if (!r)
-			continue;
-		uint8_t kind = atomic_load(&uls_fd_get(fd)->kind);
-		if (r->ring || kind == ULS_FD_CONN || kind == ULS_FD_TCP)
-			return 1;
-	}
-	return 0;
+	return ep->nwatch > 0;
 }
 
 int uls_epoll_wait(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int max,

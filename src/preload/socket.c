@@ -236,6 +236,10 @@ ULS_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_
 			e->sndbuf = v > 0 ? (uint32_t)v : 0;
 		else
 			e->rcvbuf = v > 0 ? (uint32_t)v : 0;
+	} else if (name == SO_LINGER && val && len >= sizeof(struct linger) && kind == ULS_FD_CONN &&
+		   e->conn) {
+		const struct linger *l = val;
+		atomic_store(&e->conn->linger_reset, l->l_onoff && l->l_linger == 0);
 	} else if (name == SO_RCVTIMEO || name == SO_SNDTIMEO) {
 		uint64_t ns = tv_ns(val, len);
 		if (name == SO_RCVTIMEO)

@@ -1,0 +1,123 @@
+# Entry points for people and CI. CMake, Ninja and ctest do the work; this file only
+# sequences them and installs what they need (scripts/install-deps.sh, fast when done).
+#
+#   make            build into build/
+#   make demo       kernel TCP vs ulsock, side by side (sockperf, redis)
+#   make test       every ctest suite, then the sanitizer and fuzz smoke runs
+#   make bench      the full benchmark (tools/bench.py); BENCH_ARGS="--quick" for a short one
+#   make asan       ASan+UBSan build in build-asan, unit tests
+#   make tsan       TSan build in build-tsan (clang when installed), tests labelled tsan
+#   make fuzz       libFuzzer build in build-fuzz (clang), each target for FUZZ_SECONDS
+#   make clean      remove every build directory
+
+SHELL := /bin/bash
+
+BUILD       ?= build
+BUILD_ASAN  ?= build-asan
+BUILD_TSAN  ?= build-tsan
+BUILD_FUZZ  ?= build-fuzz
+BUILD_TYPE  ?= RelWithDebInfo
+CMAKE_ARGS  ?=
+PYTHON      ?= python3
+CTEST_JOBS  ?= 2
+CTEST_FLAGS ?= --output-on-failure --timeout 900
+FUZZ_SECONDS ?= 20
+FUZZ_CC     ?= clang
+# GCC refuses atomic_thread_fence under -fsanitize=thread (-Werror=tsan); clang does not.
+TSAN_CC     ?= $(shell command -v clang 2>/dev/null)
+BENCH_ARGS  ?=
+DEMO_ARGS   ?=
+
+.PHONY: all build deps demo test test-sanitizers bench asan tsan fuzz clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+# configure DIR EXTRA-CMAKE-ARGS: configures DIR unless it is configured already and the
+# set of pytest files is unchanged (tests/CMakeLists.txt globs them at configure time, so
+# a new test_*.py needs a new configure to become a ctest test).
+define configure
+	@list=$$(ls tests/*/test_*.py 2>/dev/null | sort); \
+	if [ ! -f $(1)/build.ninja ] || [ "$$list" != "$$(cat $(1)/.pytest-files 2>/dev/null)" ]; then \
+		echo "configuring $(1)"; \
+		cmake -S . -B $(1) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(2) $(CMAKE_ARGS) && \
+		printf '%s\n' "$$list" > $(1)/.pytest-files; \
+	fi
+endef
+
+build: deps
+	$(call configure,$(BUILD),)
+	ninja -C $(BUILD)
+
+demo: build
+	$(PYTHON) tools/demo.py $(DEMO_ARGS)
+
+# The main suites first; the sanitizer and fuzz smoke runs happen even when they fail,
+# so one run reports everything, and the exit status covers both.
+test: build
+	@rc=0; \
+	(cd $(BUILD) && ctest $(CTEST_FLAGS) -j$(CTEST_JOBS)) || rc=1; \
+	$(MAKE) --no-print-directory test-sanitizers || rc=1; \
+	if [ $$rc -ne 0 ]; then echo "make test: FAILED"; else echo "make test: passed"; fi; \
+	exit $$rc
+
+# Cheap sanitizer coverage for `make test` (a few minutes on 2 CPUs): the unit tests
+# under ASan+UBSan, the tsan-labelled tests under TSan, and a few seconds of each fuzz
+# target. Each part is skipped, not failed, when the toolchain cannot do it.
+test-sanitizers:
+	@rc=0; \
+	if echo 'int main(void){return 0;}' | $${CC:-cc} -fsanitize=address,undefined -x c - \
+		-o /dev/null 2>/dev/null; then \
+		$(MAKE) --no-print-directory asan || rc=1; \
+	else \
+		echo "test-sanitizers: compiler lacks -fsanitize=address,undefined: skipping asan"; \
+	fi; \
+	if [ -n "$(TSAN_CC)" ]; then \
+		$(MAKE) --no-print-directory tsan || rc=1; \
+	else \
+		echo "test-sanitizers: clang not found: skipping tsan"; \
+	fi; \
+	if command -v $(FUZZ_CC) >/dev/null 2>&1; then \
+		$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$${FUZZ_SMOKE_SECONDS:-10} || rc=1; \
+	else \
+		echo "test-sanitizers: $(FUZZ_CC) not found: skipping fuzz"; \
+	fi; \
+	exit $$rc
+
+bench: build
+	$(PYTHON) tools/bench.py $(BENCH_ARGS)
+
+asan: deps
+	$(call configure,$(BUILD_ASAN),-DULS_SANITIZE=address$(,)undefined)
+	ninja -C $(BUILD_ASAN)
+	cd $(BUILD_ASAN) && ctest $(CTEST_FLAGS) -j$(CTEST_JOBS) -L unit
+
+tsan: deps
+	$(call configure,$(BUILD_TSAN),-DULS_SANITIZE=thread \
+		$(if $(TSAN_CC),-DCMAKE_C_COMPILER=$(TSAN_CC)))
+	ninja -C $(BUILD_TSAN)
+	cd $(BUILD_TSAN) && ctest $(CTEST_FLAGS) -j$(CTEST_JOBS) -L tsan
+
+# Fuzz targets are whatever tests/fuzz builds. When it registers ctest tests labelled
+# fuzz, those run (each for FUZZ_SECONDS, through its ULS_FUZZ_SECONDS cache option);
+# otherwise scripts/run-fuzz.sh runs every fuzz_* executable in the build tree.
+# tests/fuzz instruments its targets itself, so the rest of this build is plain.
+fuzz: deps
+	@if ! command -v $(FUZZ_CC) >/dev/null 2>&1; then \
+		echo "fuzz: $(FUZZ_CC) not found: run scripts/install-deps.sh"; exit 1; fi
+	$(call configure,$(BUILD_FUZZ),-DCMAKE_C_COMPILER=$(FUZZ_CC) -DULS_FUZZ=ON)
+	@cmake -S . -B $(BUILD_FUZZ) -DULS_FUZZ_SECONDS=$(FUZZ_SECONDS) >/dev/null
+	ninja -C $(BUILD_FUZZ)
+	@if (cd $(BUILD_FUZZ) && ctest -N -L fuzz | grep -q 'Total Tests: [1-9]'); then \
+		cd $(BUILD_FUZZ) && ctest $(CTEST_FLAGS) -L fuzz; \
+	else \
+		bash scripts/run-fuzz.sh $(BUILD_FUZZ) $(FUZZ_SECONDS); \
+	fi
+
+clean:
+	rm -rf -- $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) $(BUILD_FUZZ)
+
+# A literal comma for use inside $(call ...) arguments.
+, := ,

@@ -1,0 +1,558 @@
+/*
+ * calls_fdlife: what happens to a connected TCP socket's descriptor: dup/dup2/dup3, fork,
+ * execve (with and without the preload in the new image), SCM_RIGHTS to another process
+ * (with and without the preload), sendfile into it, and accept4's flags.
+ * Usage: calls_fdlife CASE. The cases exec_child and scm_receiver are the far ends of the
+ * exec and SCM_RIGHTS cases, started by the helper itself.
+ */
+#include "calls_common.h"
+
+#include <sys/sendfile.h>
+#include <sys/stat.h>
+
+#define SEED_UP 61u
+#define SEED_DOWN 62u
+#define BIG (256u << 10)
+
+extern char **environ;
+
+/* ---- dup family ---------------------------------------------------------------------------- */
+
+/*
+ * Data written through a dup arrives in order with the original's; closing one keeps the
+ * other working in both directions; the peer sees EOF only after the last one is closed.
+ */
+static void case_dup(CALLS_ARGS)
+{
+	char buf[8];
+	struct calls_pair p;
+
+	calls_pair_open(&p, AF_INET);
+	if (p.child == 0) {
+		calls_read_exact(p.fd, buf, 2);
+		CHECK_EQ(memcmp(buf, "AB", 2), 0);
+		calls_await(&p);
+		/* One descriptor closed over there: no EOF here. */
+		CHECK_EQ(calls_wait_for(p.fd, POLLIN, 200), 0);
+		calls_write_all(p.fd, "r", 1);
+		calls_read_exact(p.fd, buf, 1);
+		CHECK_EQ(buf[0], 'C');
+		calls_expect_eof(p.fd);
+		calls_pair_close(&p);
+	}
+	int d = dup(p.fd);
+	CHECK(d >= 0 && d != p.fd);
+	CHECK_EQ(fcntl(d, F_GETFD) & FD_CLOEXEC, 0);
+	calls_write_all(p.fd, "A", 1);
+	calls_write_all(d, "B", 1);
+	CHECK(close(p.fd) == 0);
+	p.fd = -1;
+	calls_post(&p, 'c');
+	calls_read_exact(d, buf, 1);
+	CHECK_EQ(buf[0], 'r');
+	calls_write_all(d, "C", 1);
+	CHECK(close(d) == 0);
+	calls_pair_close(&p);
+}
+
+/* dup2 onto a free number, onto an open descriptor (replacing it), and onto itself. */
+static void case_dup2(CALLS_ARGS)
+{
+	char buf[8];
+	int pfd[2];
+	struct calls_pair p;
+
+	calls_pair_open(&p, AF_INET);
+	if (p.child == 0) {
+		calls_read_exact(p.fd, buf, 3);
+		CHECK_EQ(memcmp(buf, "xyz", 3), 0);
+		calls_write_all(p.fd, "q", 1);
+		calls_expect_eof(p.fd);
+		calls_pair_close(&p);
+	}
+	CHECK_EQ(dup2(p.fd, 50), 50);
+	CHECK_EQ(dup2(p.fd, p.fd), p.fd);
+	CHECK(pipe(pfd) == 0);
+	/* Replace the pipe's read end with the socket. */
+	CHECK_EQ(dup2(p.fd, pfd[0]), pfd[0]);
+	struct stat st;
+	CHECK(fstat(pfd[0], &st) == 0);
+	CHECK(S_ISSOCK(st.st_mode));
+	calls_write_all(50, "x", 1);
+	calls_write_all(pfd[0], "y", 1);
+	calls_write_all(p.fd, "z", 1);
+	CHECK(close(p.fd) == 0);
+	p.fd = -1;
+	CHECK(close(50) == 0);
+	calls_read_exact(pfd[0], buf, 1);
+	CHECK_EQ(buf[0], 'q');
+	close(pfd[0]);
+	close(pfd[1]);
+	CHECK_ERR(dup2(50, 51), EBADF);
+	calls_pair_close(&p);
+}
+
+/* dup3 honours O_CLOEXEC and refuses the same number or unknown flags. */
+static void case_dup3(CALLS_ARGS)
+{
+	char buf[8];
+	struct calls_pair p;
+
+	calls_pair_open(&p, AF_INET);
+	if (p.child == 0) {
+		calls_read_exact(p.fd, buf, 2);
+		CHECK_EQ(memcmp(buf, "34", 2), 0);
+		calls_expect_eof(p.fd);
+		calls_pair_close(&p);
+	}
+	CHECK_EQ(dup3(p.fd, 60, O_CLOEXEC), 60);
+	CHECK(fcntl(60, F_GETFD) & FD_CLOEXEC);
+	CHECK_EQ(dup3(p.fd, 61, 0), 61);
+	CHECK_EQ(fcntl(61, F_GETFD) & FD_CLOEXEC, 0);
+	CHECK_ERR(dup3(p.fd, p.fd, 0), EINVAL);
+	CHECK_ERR(dup3(p.fd, 62, 0x4000000), EINVAL);
+	calls_write_all(60, "3", 1);
+	CHECK(close(60) == 0);
+	calls_write_all(61, "4", 1);
+	CHECK(close(61) == 0);
+	calls_pair_close(&p);
+}
+
+/* ---- fork ---------------------------------------------------------------------------------- */
+
+/*
+ * After fork both processes use the same socket: the forked child writes and reads first,
+ * exits, then the parent writes and reads; the peer sees everything in order, and no EOF
+ * when the forked child exits.
+ */
+static void case_fork(CALLS_ARGS)
+{
+	char buf[16];
+	struct calls_pair p;
+
+	calls_pair_open(&p, AF_INET);
+	if (p.child == 0) {
+		calls_send_pat(p.fd, 0, BIG, SEED_UP);
+		calls_read_exact(p.fd, buf, 5);
+		CHECK_EQ(memcmp(buf, "child", 5), 0);
+		calls_await(&p); /* the forked child has exited */
+		CHECK_EQ(calls_wait_for(p.fd, POLLIN, 200), 0);
+		calls_post(&p, 'y');
+		calls_send_pat(p.fd, BIG, BIG, SEED_UP);
+		calls_read_exact(p.fd, buf, 6);
+		CHECK_EQ(memcmp(buf, "parent", 6), 0);
+		calls_expect_eof(p.fd);
+		calls_pair_close(&p);
+	}
+	pid_t c = fork();
+	CHECK(c >= 0);
+	if (c == 0) {
+		calls_child_setup();
+		calls_write_all(p.fd, "child", 5);
+		calls_recv_pat(p.fd, 0, BIG, SEED_UP);
+		_exit(0);
+	}
+	calls_wait_child(c);
+	calls_post(&p, 'x');
+	calls_await(&p);
+	calls_write_all(p.fd, "parent", 6);
+	calls_recv_pat(p.fd, BIG, BIG, SEED_UP);
+	calls_pair_close(&p);
+}
+
+/* ---- exec ---------------------------------------------------------------------------------- */
+
+/* A copy of the environment without LD_PRELOAD (the caller frees nothing: it execs). */
+static char **env_without_preload(void)
+{
+	size_t n = 0, k = 0;
+	char **env;
+
+	while (environ[n])
+		n++;
+	env = calloc(n + 1, sizeof(*env));
+	CHECK(env != NULL);
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], "LD_PRELOAD=", 11) != 0)
+			env[k++] = environ[i];
+	env[k] = NULL;
+	return env;
+}
+
+/* Execs this program's case `name` with one numeric argument. */
+static __attribute__((noreturn)) void exec_self(const char *name, int arg, int plain)
+{
+	char num[16];
+	char *args[] = {"calls_fdlife", (char *)name, num, NULL};
+
+	snprintf(num, sizeof(num), "%d", arg);
+	execve("/proc/self/exe", args, plain ? env_without_preload() : environ);
+	calls_fail(__FILE__, __LINE__, "execve", errno);
+}
+
+/*
+ * The exec'd end. Before the exec, the peer sent 10 marker bytes and BIG pattern bytes, of
+ * which the old image read 4. Here: read the other 6 and BIG, write "post" and BIG bytes,
+ * read the peer's "after", and close.
+ */
+static void case_exec_child(CALLS_ARGS)
+{
+	char buf[16];
+	int fd;
+
+	CHECK(argc >= 1);
+	fd = atoi(argv[0]);
+	if (argc >= 2 && strcmp(argv[1], "plain") == 0)
+		CHECK(getenv("LD_PRELOAD") == NULL);
+	calls_read_exact(fd, buf, 6);
+	CHECK_EQ(memcmp(buf, "456789", 6), 0);
+	calls_recv_pat(fd, 0, BIG, SEED_DOWN);
+	calls_write_all(fd, "post", 4);
+	calls_send_pat(fd, 0, BIG, SEED_UP);
+	calls_read_exact(fd, buf, 5);
+	CHECK_EQ(memcmp(buf, "after", 5), 0);
+	CHECK(close(fd) == 0);
+}
+
+/*
+ * An inherited socket across execve: bytes the peer sent before the exec (partly read by the
+ * old image) and bytes the old image wrote are neither lost nor duplicated.
+ */
+static void exec_case(int plain)
+{
+	char buf[16];
+	struct calls_pair p;
+
+	calls_pair_open(&p, AF_INET);
+	if (p.child == 0) {
+		calls_await(&p);
+		calls_read_exact(p.fd, buf, 4);
+		CHECK_EQ(memcmp(buf, "0123", 4), 0);
+		calls_write_all(p.fd, "pre", 3);
+		CHECK_EQ(fcntl(p.fd, F_GETFD) & FD_CLOEXEC, 0);
+		if (plain) {
+			char num[16];
+			char *args[] = {"calls_fdlife", "exec_child", num, "plain", NULL};
+			snprintf(num, sizeof(num), "%d", p.fd);
+			execve("/proc/self/exe", args, env_without_preload());
+			calls_fail(__FILE__, __LINE__, "execve", errno);
+		}
+		exec_self("exec_child", p.fd, 0);
+	}
+	calls_write_all(p.fd, "0123456789", 10);
+	calls_send_pat(p.fd, 0, BIG, SEED_DOWN);
+	calls_post(&p, 'g');
+	calls_read_exact(p.fd, buf, 7);
+	CHECK_EQ(memcmp(buf, "prepost", 7), 0);
+	calls_recv_pat(p.fd, 0, BIG, SEED_UP);
+	calls_write_all(p.fd, "after", 5);
+	calls_expect_eof(p.fd);
+	calls_pair_close(&p);
+}
+
+static void case_exec(CALLS_ARGS)
+{
+	exec_case(0);
+}
+
+static void case_exec_plain(CALLS_ARGS)
+{
+	exec_case(1);
+}
+
+/* ---- SCM_RIGHTS ---------------------------------------------------------------------------- */
+
+static void send_fd(int unix_fd, int fd)
+{
+	char byte = 'F';
+	struct iovec iov = {&byte, 1};
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} ctl;
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+
+	memset(&ctl, 0, sizeof(ctl));
+	m.msg_control = ctl.buf;
+	m.msg_controllen = sizeof(ctl.buf);
+	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	CHECK_EQ(sendmsg(unix_fd, &m, 0), 1);
+}
+
+static int recv_fd(int unix_fd)
+{
+	char byte = 0;
+	struct iovec iov = {&byte, 1};
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} ctl;
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+	int fd = -1;
+
+	m.msg_control = ctl.buf;
+	m.msg_controllen = sizeof(ctl.buf);
+	CHECK_EQ(recvmsg(unix_fd, &m, MSG_CMSG_CLOEXEC), 1);
+	CHECK_EQ(byte, 'F');
+	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+	CHECK(c != NULL);
+	CHECK_EQ(c->cmsg_type, SCM_RIGHTS);
+	memcpy(&fd, CMSG_DATA(c), sizeof(int));
+	CHECK(fd >= 0);
+	CHECK(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+	return fd;
+}
+
+/*
+ * The receiving process: gets the socket, reads the 6 marker bytes the sender left and BIG
+ * pattern bytes, writes "recv" and BIG bytes, reads "after", closes.
+ */
+static void scm_receive(int unix_fd)
+{
+	char buf[16];
+	int fd = recv_fd(unix_fd);
+	int type = 0;
+	socklen_t len = sizeof(type);
+
+	CHECK(getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0);
+	CHECK_EQ(type, SOCK_STREAM);
+	calls_read_exact(fd, buf, 6);
+	CHECK_EQ(memcmp(buf, "456789", 6), 0);
+	calls_recv_pat(fd, 0, BIG, SEED_DOWN);
+	calls_write_all(fd, "recv", 4);
+	calls_send_pat(fd, 0, BIG, SEED_UP);
+	calls_read_exact(fd, buf, 5);
+	CHECK_EQ(memcmp(buf, "after", 5), 0);
+	CHECK(close(fd) == 0);
+	CHECK_EQ(write(unix_fd, "d", 1), 1);
+}
+
+static void case_scm_receiver(CALLS_ARGS)
+{
+	CHECK(argc >= 1);
+	CHECK(getenv("LD_PRELOAD") == NULL);
+	scm_receive(atoi(argv[0]));
+}
+
+/*
+ * Passing a connected socket to another process: the sender reads part of what the peer sent,
+ * writes a little, passes the socket and closes its own descriptor; the receiver carries on
+ * from exactly where the sender stopped, in both directions.
+ */
+static void scm_case(int plain)
+{
+	char buf[16];
+	int u[2];
+	struct calls_pair p;
+
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, u) == 0);
+	pid_t r = fork();
+	CHECK(r >= 0);
+	if (r == 0) {
+		calls_child_setup();
+		close(u[0]);
+		if (plain)
+			exec_self("scm_receiver", u[1], 1);
+		scm_receive(u[1]);
+		_exit(0);
+	}
+	close(u[1]);
+	calls_pair_open(&p, AF_INET);
+	if (p.child == 0) {
+		close(u[0]);
+		calls_write_all(p.fd, "0123456789", 10);
+		calls_send_pat(p.fd, 0, BIG, SEED_DOWN);
+		calls_read_exact(p.fd, buf, 8);
+		CHECK_EQ(memcmp(buf, "sentrecv", 8), 0);
+		calls_recv_pat(p.fd, 0, BIG, SEED_UP);
+		calls_write_all(p.fd, "after", 5);
+		calls_expect_eof(p.fd);
+		calls_pair_close(&p);
+	}
+	calls_read_exact(p.fd, buf, 4);
+	CHECK_EQ(memcmp(buf, "0123", 4), 0);
+	calls_write_all(p.fd, "sent", 4);
+	send_fd(u[0], p.fd);
+	CHECK(close(p.fd) == 0);
+	p.fd = -1;
+	CHECK_EQ(read(u[0], buf, 1), 1);
+	CHECK_EQ(buf[0], 'd');
+	close(u[0]);
+	calls_wait_child(r);
+	calls_pair_close(&p);
+}
+
+static void case_scm_rights(CALLS_ARGS)
+{
+	scm_case(0);
+}
+
+static void case_scm_rights_plain(CALLS_ARGS)
+{
+	scm_case(1);
+}
+
+/* ---- sendfile ------------------------------------------------------------------------------ */
+
+/*
+ * sendfile from a file into the socket, with an offset pointer (updated, file position
+ * untouched) and without (file position advances): the bytes arrive exactly.
+ */
+static void case_sendfile(CALLS_ARGS)
+{
+	const size_t size = (3u << 20) + 123;
+	struct calls_pair p;
+
+	calls_pair_open(&p, AF_INET);
+	if (p.child == 0) {
+		calls_recv_pat(p.fd, 0, size, SEED_DOWN);
+		calls_recv_pat(p.fd, 1000, 5000, SEED_DOWN);
+		calls_expect_eof(p.fd);
+		calls_pair_close(&p);
+	}
+	char path[] = "/tmp/calls_sendfile_XXXXXX";
+	int f = mkstemp(path);
+	CHECK(f >= 0);
+	unlink(path);
+	calls_send_pat(f, 0, size, SEED_DOWN);
+	CHECK(lseek(f, 0, SEEK_SET) == 0);
+	off_t off = 0;
+	while ((size_t)off < size) {
+		size_t want = size - (size_t)off;
+		if (want > 1000000)
+			want = 1000000;
+		off_t before = off;
+		ssize_t r = sendfile(p.fd, f, &off, want);
+		CHECK(r > 0);
+		CHECK_EQ(off, before + r);
+	}
+	CHECK_EQ(lseek(f, 0, SEEK_CUR), 0);
+	CHECK_EQ(lseek(f, 1000, SEEK_SET), 1000);
+	size_t left = 5000;
+	while (left > 0) {
+		ssize_t r = sendfile(p.fd, f, NULL, left);
+		CHECK(r > 0);
+		left -= (size_t)r;
+	}
+	CHECK_EQ(lseek(f, 0, SEEK_CUR), 6000);
+	close(f);
+	CHECK(shutdown(p.fd, SHUT_WR) == 0);
+	calls_pair_close(&p);
+}
+
+/* ---- accept4 ------------------------------------------------------------------------------- */
+
+static void check_conn(int fd, char tag)
+{
+	char c;
+
+	calls_read_exact(fd, &c, 1);
+	CHECK_EQ(c, tag);
+	calls_write_all(fd, &c, 1);
+}
+
+/*
+ * accept4 applies SOCK_NONBLOCK and SOCK_CLOEXEC exactly as asked, fills in the peer address,
+ * refuses unknown flags; plain accept never inherits the listener's O_NONBLOCK.
+ */
+static void case_accept4(CALLS_ARGS)
+{
+	struct calls_addr server;
+	int to_child[2];
+	int lfd = calls_listen(AF_INET, &server, "shm");
+
+	CHECK(pipe(to_child) == 0);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		calls_child_setup();
+		close(lfd);
+		close(to_child[1]);
+		for (char tag = 'a'; tag <= 'c'; tag++) {
+			char c;
+			CHECK_EQ(read(to_child[0], &c, 1), 1);
+			int fd = calls_connect(&server);
+			CHECK_EQ(read(to_child[0], &c, 1), 1);
+			struct calls_addr me;
+			me.len = sizeof(me.ss);
+			CHECK(getsockname(fd, (struct sockaddr *)&me.ss, &me.len) == 0);
+			calls_write_all(fd, &me, sizeof(me));
+			calls_write_all(fd, &tag, 1);
+			calls_read_exact(fd, &c, 1);
+			CHECK_EQ(c, tag);
+			calls_expect_eof(fd);
+			close(fd);
+		}
+		_exit(0);
+	}
+	close(to_child[0]);
+	struct calls_addr peer, claimed;
+	char c;
+
+	CHECK_ERR(accept4(lfd, NULL, NULL, 0x1234567), EINVAL);
+	CHECK_EQ(write(to_child[1], "g", 1), 1);
+	peer.len = sizeof(peer.ss);
+	int fd = accept4(lfd, (struct sockaddr *)&peer.ss, &peer.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	CHECK(fd >= 0);
+	CHECK(fcntl(fd, F_GETFL) & O_NONBLOCK);
+	CHECK(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+	CHECK_ERR(recv(fd, &c, 1, 0), EAGAIN);
+	CHECK_EQ(write(to_child[1], "w", 1), 1);
+	CHECK(calls_wait_for(fd, POLLIN, 5000) & POLLIN);
+	calls_set_nonblock(fd, 0);
+	calls_read_exact(fd, &claimed, sizeof(claimed));
+	CHECK_EQ(peer.len, claimed.len);
+	CHECK_EQ(memcmp(&peer.ss, &claimed.ss, peer.len), 0);
+	check_conn(fd, 'a');
+	close(fd);
+
+	CHECK_EQ(write(to_child[1], "g", 1), 1);
+	fd = accept4(lfd, NULL, NULL, 0);
+	CHECK(fd >= 0);
+	CHECK_EQ(fcntl(fd, F_GETFL) & O_NONBLOCK, 0);
+	CHECK_EQ(fcntl(fd, F_GETFD) & FD_CLOEXEC, 0);
+	CHECK_EQ(write(to_child[1], "w", 1), 1);
+	calls_read_exact(fd, &claimed, sizeof(claimed));
+	check_conn(fd, 'b');
+	close(fd);
+
+	calls_set_nonblock(lfd, 1);
+	CHECK_ERR(accept(lfd, NULL, NULL), EAGAIN);
+	CHECK_EQ(write(to_child[1], "g", 1), 1);
+	CHECK(calls_wait_for(lfd, POLLIN, 5000) & POLLIN);
+	fd = accept(lfd, NULL, NULL);
+	CHECK(fd >= 0);
+	CHECK_EQ(fcntl(fd, F_GETFL) & O_NONBLOCK, 0);
+	CHECK_EQ(write(to_child[1], "w", 1), 1);
+	calls_read_exact(fd, &claimed, sizeof(claimed));
+	check_conn(fd, 'c');
+	close(fd);
+	close(lfd);
+	close(to_child[1]);
+	calls_wait_child(pid);
+}
+
+static const struct calls_case cases[] = {
+	{"dup", case_dup},
+	{"dup2", case_dup2},
+	{"dup3", case_dup3},
+	{"fork", case_fork},
+	{"exec", case_exec},
+	{"exec_plain", case_exec_plain},
+	{"exec_child", case_exec_child},
+	{"scm_rights", case_scm_rights},
+	{"scm_rights_plain", case_scm_rights_plain},
+	{"scm_receiver", case_scm_receiver},
+	{"sendfile", case_sendfile},
+	{"accept4", case_accept4},
+	{NULL, NULL},
+};
+
+int main(int argc, char **argv)
+{
+	return calls_main(argc, argv, cases);
+}

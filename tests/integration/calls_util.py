@@ -1,0 +1,100 @@
+"""Shared machinery for the test_calls_*.py suites, on top of conftest.py's Runner (`uls`).
+
+Each suite runs the self-checking C helpers build/tests/helpers/calls_* case by case, once
+plain (no preload: this validates the test against the kernel) and once under `ulsock run`.
+A helper case exits 0 only if all its checks passed (77: skip) and prints
+
+    calls: preload VALUE           the LD_PRELOAD it ran with ("-" for none), once per image
+    calls: expect shm ADDR:PORT    connections accepted there must take the fast path
+    calls: expect kernel ADDR:PORT connections to there must stay on the kernel path
+    calls: PASS CASE
+
+Under ulsock every `expect` line is checked against the `path=` lines of the ulsock log
+(docs/INTERFACES-dev.md), and conftest's `uls` fixture checks that no /dev/shm entry outlives
+the processes. With ULSOCK_TEST_PLAIN=1 only the plain half runs (the ulsock half would be
+the same plain run again) and no path is asserted.
+"""
+
+import re
+
+import pytest
+
+from conftest import PLAIN, TIMEOUT, parse_path_lines
+
+MODES = ("plain", "ulsock")
+RUN_TIMEOUT_S = max(TIMEOUT, 60.0)
+
+
+def require_mode(mode):
+    """Skips the ulsock half when ULSOCK_TEST_PLAIN=1 asks for plain runs only."""
+    if mode == "ulsock" and PLAIN:
+        pytest.skip("ULSOCK_TEST_PLAIN=1: the plain run covers it")
+
+
+def expects(text):
+    """The (kind, addr) pairs of a helper's `calls: expect` lines."""
+    return re.findall(r"^calls: expect (shm|kernel) (\S+)$", text, re.M)
+
+
+def check_preload(proc, out, plain_images=0):
+    """Every program image of the run printed its LD_PRELOAD: with the library exactly when
+    it should have, except PLAIN_IMAGES images that were exec'd without it on purpose."""
+    seen = re.findall(r"^calls: preload (.*)$", out, re.M)
+    assert seen, f"no 'calls: preload' line\n{proc.describe()}"
+    without = [v for v in seen if "ulsock" not in v]
+    if proc.preloaded:
+        assert len(without) == plain_images, f"images without the preload: {without}\n" + proc.describe()
+    else:
+        assert len(without) == len(seen), f"preloaded in a plain run: {seen}\n{proc.describe()}"
+
+
+def check_paths(proc, out):
+    """Each `expect shm` address has path=shm lines for both its server side (LOCAL is the
+    address) and a client side (PEER is the address), and no path=kernel line; each `expect
+    kernel` address has a path=kernel line with a reason for the side that connected to it."""
+    lines = parse_path_lines(proc.log_text())
+    ctx = f"\n{proc.describe()}"
+    for kind, addr in expects(out):
+        server = [ln for ln in lines if ln.local == addr]
+        client = [ln for ln in lines if ln.peer == addr]
+        if kind == "shm":
+            assert server, f"no server-side path line for {addr}" + ctx
+            assert client, f"no client-side path line for {addr}" + ctx
+            wrong = [ln.line for ln in server + client if ln.path != "shm"]
+            assert not wrong, f"connections via {addr} not on the fast path: {wrong[:4]}" + ctx
+        else:
+            assert client, f"no path line for the connection to the plain peer {addr}" + ctx
+            wrong = [ln.line for ln in client if ln.path != "kernel" or not ln.reason]
+            assert not wrong, f"connection to plain peer {addr} not path=kernel+reason: {wrong}" + ctx
+
+
+def run_case(uls, helper, case, mode, args=(), plain_images=0, timeout=RUN_TIMEOUT_S):
+    """Runs `HELPER CASE ARGS` plain or under ulsock; asserts it passed, ran with the
+    intended preload and, under ulsock, took the expected paths. Returns (proc, stdout)."""
+    require_mode(mode)
+    proc = uls.run([uls.helper(helper), case, *map(str, args)], name=f"{helper}-{case}",
+                   ulsock=(mode == "ulsock"), timeout=timeout, expect_rc=None)
+    out = proc.output()
+    if proc.rc == 77:
+        why = " ".join(re.findall(r"^calls: skip (.*)$", out, re.M))
+        pytest.skip(f"{helper} {case}: {why}")
+    assert proc.rc == 0, f"{helper} {case} failed (exit {proc.rc})\n{proc.describe()}"
+    assert f"calls: PASS {case}" in out, proc.describe()
+    check_preload(proc, out, plain_images)
+    if proc.preloaded:
+        check_paths(proc, out)
+    return proc, out
+
+
+def listed_cases(uls, helper):
+    """The cases a helper says it has (`HELPER list`)."""
+    proc = uls.run([uls.helper(helper), "list"], name=f"{helper}-list", ulsock=False)
+    return proc.output().split()
+
+
+def start_plain_peer(uls, family6=False):
+    """A calls_peer echo server without the preload (so connections to it are kernel-path),
+    serving one connection. Returns (proc, port); proc.wait() checks it ended cleanly."""
+    argv = [uls.helper("calls_peer")] + (["-6"] if family6 else []) + ["1"]
+    proc = uls.start(argv, name="calls_peer", ulsock=False, ready=r"^port (\d+)$")
+    return proc, int(proc.ready.group(1))

@@ -1,0 +1,32 @@
+"""Descriptors of ulsock TCP sockets: dup, fork, exec, SCM_RIGHTS, sendfile, accept4
+(helper calls_fdlife)."""
+
+import pytest
+
+from calls_util import MODES, listed_cases, run_case
+
+HELPER = "calls_fdlife"
+CASES = {
+    "dup": "writes via original and dup arrive in order; one close keeps it; EOF after the last",
+    "dup2": "dup2 to a free number, over an open pipe fd (now a socket), onto itself; EBADF",
+    "dup3": "dup3 O_CLOEXEC honoured; same fd or bad flags EINVAL; data via both",
+    "fork": "forked child writes/reads, exits (no EOF at the peer); parent continues in order",
+    "exec": "socket inherited across execve of the helper: partly read input and output exact",
+    "exec_plain": "the same with LD_PRELOAD removed from the new image's environment",
+    "scm_rights": "socket passed over AF_UNIX after a partial read: receiver continues exactly",
+    "scm_rights_plain": "the same with a receiver exec'd without LD_PRELOAD",
+    "sendfile": "3 MiB + 123 from a file with an offset pointer, then from the file position",
+    "accept4": "SOCK_NONBLOCK|SOCK_CLOEXEC honoured, peer address filled, EINVAL; accept() blocking",
+}
+INTERNAL = ["exec_child", "scm_receiver"]
+
+
+def test_case_list(uls):
+    assert sorted(listed_cases(uls, HELPER)) == sorted([*CASES, *INTERNAL])
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_fdlife(uls, case, mode):
+    # In the *_plain cases one program image runs without the preload on purpose.
+    run_case(uls, HELPER, case, mode, plain_images=1 if case.endswith("_plain") else 0)

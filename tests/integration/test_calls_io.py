@@ -1,0 +1,51 @@
+"""Data-transfer calls on ulsock TCP streams (helpers calls_io and calls_fortify).
+
+Every case runs plain and under `ulsock run`; under ulsock the connection must be path=shm.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from calls_util import MODES, listed_cases, require_mode, run_case
+
+HELPER = "calls_io"
+CASES = {
+    "rw": "read/write with mismatched chunk sizes both ways; EOF is sticky; read(0) is 0",
+    "readv_writev": "writev with empty and uneven segments takes it all; readv scatters exactly",
+    "send_recv": "an 8 MiB blocking send returns 8 MiB; byte-at-a-time sends arrive in order",
+    "sendto_recvfrom": "sendto ignores a destination on a connected stream; recvfrom sets addrlen 0",
+    "sendmsg_recvmsg": "multi-segment sendmsg; recvmsg reports namelen 0, controllen 0, flags 0",
+    "mmsg": "sendmmsg sets each msg_len; recvmmsg (MSG_WAITFORONE, MSG_WAITALL) fills in order",
+    "splits": "8 MiB each way at once, random sizes 1 B..1 MiB over all send/recv calls, exact",
+    "splits6": "the same over [::1]",
+    "peek": "MSG_PEEK does not consume (EAGAIN when empty with DONTWAIT, 0 at EOF)",
+    "waitall": "MSG_WAITALL waits across 10 sends; returns short only at EOF",
+    "dontwait": "MSG_DONTWAIT: EAGAIN when empty/full on a blocking socket; accepted bytes arrive",
+    "msg_trunc": "recv(MSG_TRUNC) on TCP discards the bytes and returns the count",
+    "sigpipe": "after the peer closed: EPIPE; SIGPIPE only without MSG_NOSIGNAL and not SIG_IGN",
+    "eintr_recv": "blocked recv: EINTR without SA_RESTART, restarted with it, EINTR with SO_RCVTIMEO",
+    "eintr_send": "send blocked on a full buffer: EINTR without SA_RESTART; never EINTR with it",
+}
+
+
+def test_case_list(uls):
+    assert sorted(listed_cases(uls, HELPER)) == sorted(CASES)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_io(uls, case, mode):
+    run_case(uls, HELPER, case, mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_fortify(uls, mode):
+    """read/recv/recvfrom/poll/ppoll through glibc's __*_chk entry points."""
+    require_mode(mode)
+    binary = Path(uls.helper("calls_fortify")).read_bytes()
+    if b"__recv_chk" not in binary:
+        pytest.skip("calls_fortify built without optimization: no fortified calls")
+    for sym in (b"__read_chk", b"__recv_chk", b"__recvfrom_chk", b"__poll_chk", b"__ppoll_chk"):
+        assert sym in binary, f"calls_fortify does not call {sym.decode()}"
+    run_case(uls, "calls_fortify", "fortify", mode)

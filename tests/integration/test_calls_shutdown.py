@@ -1,0 +1,27 @@
+"""shutdown(2) and close(2) on ulsock TCP streams (helper calls_shutdown)."""
+
+import pytest
+
+from calls_util import MODES, listed_cases, run_case
+
+HELPER = "calls_shutdown"
+CASES = {
+    "shut_wr": "SHUT_WR: peer reads all then EOF (twice), POLLRDHUP; can still answer; EPIPE",
+    "shut_rd": "SHUT_RD: recv returns 0 at once, POLLIN|POLLRDHUP; sending still works",
+    "shut_rdwr": "SHUT_RDWR right after 3 MiB: peer gets it all then EOF; POLLHUP; EPIPE",
+    "close_flush": "close() with full buffers: the peer still reads every accepted byte, then EOF",
+    "shutdown_wakes_recv": "SHUT_RDWR wakes a thread blocked in recv: it returns 0",
+    "shutdown_wakes_send": "SHUT_RDWR wakes a blocked send (EPIPE or short); peer gets exactly that",
+    "close_blocked": "close() under a blocked recv: the thread ends (byte, 0 or EBADF), peer sees EOF",
+    "shutdown_errors": "EINVAL for bad how, ENOTCONN, ENOTSOCK, EBADF; connection unharmed",
+}
+
+
+def test_case_list(uls):
+    assert sorted(listed_cases(uls, HELPER)) == sorted(CASES)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_shutdown(uls, case, mode):
+    run_case(uls, HELPER, case, mode)

@@ -1,0 +1,29 @@
+"""Socket options and names on ulsock TCP streams (helper calls_sockopt)."""
+
+import pytest
+
+from calls_util import MODES, listed_cases, run_case
+
+HELPER = "calls_sockopt"
+CASES = {
+    "so_error": "SO_ERROR 0 when connected; ECONNREFUSED once after a refused connect",
+    "bufsizes": "SO_SNDBUF/SO_RCVBUF positive, read back doubled; 2 MiB each way afterwards",
+    "rcvtimeo": "SO_RCVTIMEO reads back; recv/read/recvmsg time out with EAGAIN after ~200 ms",
+    "sndtimeo": "SO_SNDTIMEO: send on a full buffer gives EAGAIN after ~200 ms; exact bytes arrive",
+    "linger": "SO_LINGER reads back; {1,0} close resets: ECONNRESET, SO_ERROR then 0, EPIPE",
+    "nodelay_keepalive": "TCP_NODELAY, SO_KEEPALIVE, TCP_KEEPIDLE/INTVL/CNT set and read back",
+    "sockinfo": "SO_TYPE, SO_DOMAIN, SO_PROTOCOL, SO_ACCEPTCONN, TCP_INFO state ESTABLISHED",
+    "sockopt_errors": "ENOPROTOOPT, EINVAL, EFAULT, ENOTSOCK as the kernel gives them",
+    "names": "getsockname/getpeername match across the connection and the listener; truncation",
+    "names6": "the same over [::1]",
+}
+
+
+def test_case_list(uls):
+    assert sorted(listed_cases(uls, HELPER)) == sorted(CASES)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_sockopt(uls, case, mode):
+    run_case(uls, HELPER, case, mode)

@@ -1,0 +1,77 @@
+"""Resource leaks: 10,000 connect / small exchange / close cycles between two preloaded
+processes.  Between a checkpoint after a warm-up and one after the cycles (both taken
+while every connection is closed), neither process may gain file descriptors or memory
+mappings, its RSS may not grow beyond a small tolerance, and /dev/shm may not gain
+entries."""
+
+import time
+
+import pytest
+
+from conftest import (check_paths, kv, proc_fd_count, proc_map_count, proc_rss_kib,
+                      shm_entries, start_net_server)
+
+WARMUP = 500
+CYCLES = 10000
+RSS_TOLERANCE_KIB = 4096
+MAPS_TOLERANCE = 8
+
+
+def settled_fds(pid, timeout=5.0):
+    """PID's fd count once it stopped changing for 0.3 s (the server may still be closing
+    the last connection when the client pauses)."""
+    deadline = time.monotonic() + timeout
+    last, since = proc_fd_count(pid), time.monotonic()
+    while time.monotonic() - since < 0.3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = proc_fd_count(pid)
+        if now != last:
+            last, since = now, time.monotonic()
+    return last
+
+
+def snapshot(procs):
+    snap = {"shm": len(shm_entries("")), "shm_ulsock": shm_entries()}
+    for p in procs:
+        snap[p.name] = {"fds": settled_fds(p.pid), "maps": proc_map_count(p.pid),
+                        "rss": proc_rss_kib(p.pid)}
+    return snap
+
+
+@pytest.mark.parametrize("loop", ["threads", "eventloop"])
+def test_open_close_cycles_do_not_leak(uls, loop):
+    """The client pauses after WARMUP connections and again after WARMUP + CYCLES, then
+    makes one last connection, which lets the server (--max-conns) exit on its own."""
+    total = WARMUP + CYCLES + 1
+    args = ["--max-conns", str(total), "--quiet"] + (["--nonblock"] if loop == "eventloop" else [])
+    server, port = start_net_server(uls, *args)
+    # One 256-byte write per connection: several small writes would wait on Nagle and
+    # delayed ACKs over kernel TCP, which makes the run slow without testing more.
+    client = uls.start([uls.helper("net_client"), "--port", port, "--conns", total,
+                        "--bytes", "256", "--min-io", "256", "--max-io", "256", "--io", "mix",
+                        "--pause-at", WARMUP, "--pause-at", WARMUP + CYCLES],
+                       name="client", stdin=True)
+    client.wait_for(rf"PAUSE done={WARMUP}$", timeout=120)
+    before = snapshot([client, server])
+    client.send_line()
+    client.wait_for(rf"PAUSE done={WARMUP + CYCLES}$", timeout=600)
+    after = snapshot([client, server])
+    client.send_line()
+    client.wait(timeout=30)
+    server.wait(timeout=30)
+    assert kv(client.output(), "OK")["failed"] == "0"
+    print(f"before: {before}\nafter:  {after}")
+
+    for p in (client, server):
+        b, a = before[p.name], after[p.name]
+        assert a["fds"] <= b["fds"], f"{p.name} fds grew {b['fds']} -> {a['fds']}"
+        assert a["maps"] <= b["maps"] + MAPS_TOLERANCE, \
+            f"{p.name} mappings grew {b['maps']} -> {a['maps']}"
+        assert a["rss"] <= b["rss"] + RSS_TOLERANCE_KIB, \
+            f"{p.name} RSS grew {b['rss']} -> {a['rss']} KiB over {CYCLES} connections"
+    if client.preloaded:
+        # Only meaningful with ulsock: other users of /dev/shm come and go meanwhile.
+        assert after["shm"] <= before["shm"], f"/dev/shm grew {before['shm']} -> {after['shm']}"
+        assert not after["shm_ulsock"] - before["shm_ulsock"], after["shm_ulsock"]
+    check_paths(client, server, total, port=port)
+    uls.assert_no_shm_leftovers()

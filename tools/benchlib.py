@@ -1,0 +1,360 @@
+"""Shared by tools/bench.py and tools/demo.py: substrates, bounded processes, benchmarks.
+
+A substrate is how both ends of a benchmark run: plain kernel TCP, or each end wrapped
+with `ulsock run --profile P --`. A benchmark starts its server on a free loopback port,
+runs its client, parses one number from the client's output and always stops the server.
+Every process runs in its own session with a timeout, so a hung peer cannot hang the
+tool: on timeout or error the whole process group is killed.
+"""
+
+import atexit
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Processes started by start() that have not been stopped yet; atexit kills them.
+_live = set()
+
+
+class BenchError(Exception):
+    """One run failed; the message says why (shown in progress output, not fatal)."""
+
+
+def default_build_dir():
+    return os.environ.get("ULSOCK_BUILD") or os.path.join(ROOT, "build")
+
+
+class Substrate:
+    """Kernel TCP (profile None) or ulsock with one profile."""
+
+    def __init__(self, profile, build_dir):
+        self.profile = profile
+        self.ulsock = os.path.join(build_dir, "bin", "ulsock")
+        self.name = "kernel" if profile is None else "ulsock-" + profile
+
+    def wrap(self, argv):
+        if self.profile is None:
+            return list(argv)
+        return [self.ulsock, "run", "--profile", self.profile, "--"] + list(argv)
+
+    def env(self):
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("ULSOCK_") and k != "LD_PRELOAD"}
+        return env
+
+    def check(self):
+        if self.profile is not None and not os.access(self.ulsock, os.X_OK):
+            raise BenchError("%s not built (run make build)" % self.ulsock)
+
+
+def free_port():
+    """A loopback TCP port nobody listens on right now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _listening_ports():
+    ports = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                next(f, None)
+                for line in f:
+                    fields = line.split()
+                    if len(fields) > 3 and fields[3] == "0A":
+                        ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+        except OSError:
+            pass
+    return ports
+
+
+def wait_listening(port, proc, timeout=10.0):
+    """Waits until something listens on port, reading /proc rather than connecting:
+    a probe connection would count as a client (iperf3 -1 would then exit)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if port in _listening_ports():
+            return
+        if proc.poll() is not None:
+            raise BenchError("%s exited with status %s before listening:\n%s"
+                             % (prog_name(proc.argv), proc.returncode, proc.output_tail()))
+        time.sleep(0.02)
+    raise BenchError("server not listening on port %d after %.0f s" % (port, timeout))
+
+
+class Proc:
+    """A background process in its own session, output in a temporary file."""
+
+    def __init__(self, argv, env):
+        self.argv = argv
+        self.out = tempfile.TemporaryFile(prefix="uls-bench-")
+        try:
+            self.popen = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                                          stdout=self.out, stderr=subprocess.STDOUT,
+                                          start_new_session=True)
+        except OSError as e:
+            self.out.close()
+            raise BenchError("cannot start %s: %s" % (argv[0], e))
+        _live.add(self)
+        self.returncode = None
+
+    def poll(self):
+        self.returncode = self.popen.poll()
+        return self.returncode
+
+    def output(self):
+        self.out.seek(0)
+        return self.out.read().decode("utf-8", "replace")
+
+    def output_tail(self, lines=15):
+        return "\n".join(self.output().splitlines()[-lines:])
+
+    def stop(self, sig=signal.SIGTERM, grace=3.0):
+        """Signals the process group, then SIGKILLs it after grace seconds."""
+        if self.popen.poll() is None:
+            _killpg(self.popen.pid, sig)
+            try:
+                self.popen.wait(grace)
+            except subprocess.TimeoutExpired:
+                pass
+        _killpg(self.popen.pid, signal.SIGKILL)
+        try:
+            self.popen.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+        self.returncode = self.popen.returncode
+        _live.discard(self)
+        return self.returncode
+
+    def wait(self, timeout):
+        """Waits for exit; on timeout kills the group and raises BenchError."""
+        try:
+            self.returncode = self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.stop(signal.SIGKILL, 0)
+            raise BenchError("%s timed out after %.0f s:\n%s"
+                             % (prog_name(self.argv), timeout, self.output_tail()))
+        _killpg(self.popen.pid, signal.SIGKILL)  # stray children
+        _live.discard(self)
+        return self.returncode
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        self.out.close()
+
+
+def prog_name(argv):
+    """The program a command runs, looking through an `ulsock run ... --` wrapper."""
+    if "--" in argv and os.path.basename(argv[0]) == "ulsock":
+        rest = argv[argv.index("--") + 1:]
+        if rest:
+            return os.path.basename(rest[0])
+    return os.path.basename(argv[0])
+
+
+def _killpg(pgid, sig):
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@atexit.register
+def _kill_leftovers():
+    for p in list(_live):
+        p.stop(signal.SIGKILL, 0)
+
+
+def run(argv, env, timeout):
+    """Runs a client to completion; returns its output or raises BenchError."""
+    with Proc(argv, env) as p:
+        rc = p.wait(timeout)
+        out = p.output()
+    if rc != 0:
+        raise BenchError("%s exited with status %s:\n%s"
+                         % (prog_name(argv), rc, "\n".join(out.splitlines()[-15:])))
+    return out
+
+
+def need(program):
+    path = shutil.which(program)
+    if not path:
+        raise BenchError("%s not installed (run scripts/install-deps.sh)" % program)
+    return path
+
+
+def parse_float(pattern, text, what):
+    matches = re.findall(pattern, text)
+    if not matches:
+        raise BenchError("no %s in output:\n%s" % (what, "\n".join(text.splitlines()[-15:])))
+    return float(matches[-1])
+
+
+# Benchmarks. Each takes (substrate, params, record) and returns one number; record(argv)
+# notes the exact commands for the report. params: seconds, n_get1, n_get50, n_conn.
+
+class Benchmark:
+    def __init__(self, name, title, unit, lower_is_better, fn, programs):
+        self.name = name
+        self.title = title
+        self.unit = unit
+        self.lower_is_better = lower_is_better
+        self.fn = fn
+        self.programs = programs
+
+    def run(self, sub, params, record):
+        sub.check()
+        for prog in self.programs:
+            need(prog)
+        return self.fn(sub, params, record)
+
+
+def _server(sub, argv, port, record):
+    cmd = sub.wrap(argv)
+    record(cmd)
+    p = Proc(cmd, sub.env())
+    try:
+        wait_listening(port, p)
+    except BaseException:
+        p.stop()
+        p.out.close()
+        raise
+    return p
+
+
+def _client(sub, argv, record, timeout):
+    cmd = sub.wrap(argv)
+    record(cmd)
+    return run(cmd, sub.env(), timeout)
+
+
+def sockperf_pp(size):
+    def fn(sub, params, record):
+        port = free_port()
+        secs = max(1, int(params["seconds"]))
+        with _server(sub, ["sockperf", "sr", "--tcp", "-i", "127.0.0.1", "-p", str(port)],
+                     port, record):
+            out = _client(sub, ["sockperf", "pp", "--tcp", "-i", "127.0.0.1", "-p", str(port),
+                                "-t", str(secs), "-m", str(size)], record, secs + 30)
+        return parse_float(r"Summary: Latency is ([0-9.]+) usec", out, "latency")
+    return fn
+
+
+def sockperf_tp(size):
+    def fn(sub, params, record):
+        port = free_port()
+        secs = max(1, int(params["seconds"]))
+        with _server(sub, ["sockperf", "sr", "--tcp", "-i", "127.0.0.1", "-p", str(port)],
+                     port, record):
+            out = _client(sub, ["sockperf", "tp", "--tcp", "-i", "127.0.0.1", "-p", str(port),
+                                "-t", str(secs), "-m", str(size)], record, secs + 30)
+        return parse_float(r"Summary: Message Rate is ([0-9.]+) \[msg/sec\]", out,
+                           "message rate")
+    return fn
+
+
+def iperf3_stream(sub, params, record):
+    port = free_port()
+    secs = max(1, int(params["iperf_seconds"]))
+    with _server(sub, ["iperf3", "-s", "-p", str(port), "-1"], port, record):
+        out = _client(sub, ["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", str(secs),
+                            "-l", "128K", "-J"], record, secs + 30)
+    try:
+        return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e9
+    except (ValueError, KeyError, TypeError) as e:
+        raise BenchError("bad iperf3 JSON (%s):\n%s" % (e, out[-1000:]))
+
+
+def redis_get(clients):
+    def fn(sub, params, record):
+        port = free_port()
+        n = params["n_get1"] if clients == 1 else params["n_get50"]
+        with tempfile.TemporaryDirectory(prefix="uls-bench-redis-") as d:
+            with _server(sub, ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                               "--save", "", "--appendonly", "no", "--dir", d],
+                         port, record):
+                out = _client(sub, ["redis-benchmark", "-p", str(port), "-t", "get",
+                                    "-c", str(clients), "-n", str(n), "-q"], record, 120)
+        return parse_float(r"GET: ([0-9.]+) requests per second", out, "GET rate")
+    return fn
+
+
+def connrate(sub, params, record):
+    prog = os.path.join(params["build_dir"], "bin", "uls-connrate")
+    if not os.access(prog, os.X_OK):
+        raise BenchError("%s not built (run make build)" % prog)
+    port = free_port()
+    with _server(sub, [prog, "-s", "-p", str(port)], port, record):
+        out = _client(sub, [prog, "-c", "-p", str(port), "-n", str(params["n_conn"]),
+                            "-t", str(params["seconds"])], record, params["seconds"] + 60)
+    return parse_float(r"conn_per_sec=([0-9.]+)", out, "connection rate")
+
+
+BENCHMARKS = [
+    Benchmark("pp64", "sockperf ping-pong 64 B, half round trip", "usec", True,
+              sockperf_pp(64), ["sockperf"]),
+    Benchmark("tp64", "sockperf throughput 64 B", "msg/s", False,
+              sockperf_tp(64), ["sockperf"]),
+    Benchmark("tp1k", "sockperf throughput 1 KiB", "msg/s", False,
+              sockperf_tp(1024), ["sockperf"]),
+    Benchmark("iperf3", "iperf3 one stream, 128 KiB writes", "Gbit/s", False,
+              iperf3_stream, ["iperf3"]),
+    Benchmark("redis1", "redis-benchmark GET, 1 client", "req/s", False,
+              redis_get(1), ["redis-server", "redis-benchmark"]),
+    Benchmark("redis50", "redis-benchmark GET, 50 clients", "req/s", False,
+              redis_get(50), ["redis-server", "redis-benchmark"]),
+    Benchmark("connrate", "connections set up and torn down", "conn/s", False,
+              connrate, []),
+]
+
+
+def benchmark(name):
+    for b in BENCHMARKS:
+        if b.name == name:
+            return b
+    raise KeyError(name)
+
+
+def median(values):
+    v = sorted(values)
+    if not v:
+        return None
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+
+
+def fmt_value(x):
+    if x is None:
+        return "failed"
+    if x >= 1e6:
+        return "%.2fM" % (x / 1e6)
+    if x >= 100:
+        return "%.0f" % x
+    if x >= 10:
+        return "%.1f" % x
+    return "%.2f" % x
+
+
+def shell_line(argv, env_note=""):
+    return (env_note + " " if env_note else "") + " ".join(shlex.quote(a) for a in argv)
+
+
+def install_signal_handlers():
+    """SIGTERM and SIGHUP exit through atexit, which kills every live process group."""
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGHUP, handler)
