@@ -15,7 +15,7 @@ struct uls_config uls_cfg = {
 	.profile = ULS_PROFILE_BALANCED,
 	.log_level = ULS_LOG_WARN,
 	.log_fd = 2,
-	.ring_size = 256u << 10,
+	.ring_size = 1u << 20,
 	.spin_ns = 20000,
 };
 

@@ -127,12 +127,53 @@ ULS_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
 	return conn_send_buf(c, fd, buf, len, flags);
 }
 
+/*
+ * Descriptors leaving in an SCM_RIGHTS message: their connections may now be held by
+ * another process, so close must ask the kernel before it ends them.
+ */
+static void note_passed_fds(const struct msghdr *msg)
+{
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR((struct msghdr *)msg); cm;
+	     cm = CMSG_NXTHDR((struct msghdr *)msg, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < n; i++) {
+			int pfd;
+			memcpy(&pfd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			struct uls_conn *pc = uls_fd_conn(pfd);
+			if (pc)
+				atomic_store(&pc->shared, 1);
+		}
+	}
+}
+
+/* A received descriptor may reuse a number whose old entry ulsock never saw closed. */
+static void note_received_fds(const struct msghdr *msg)
+{
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR((struct msghdr *)msg); cm;
+	     cm = CMSG_NXTHDR((struct msghdr *)msg, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < n; i++) {
+			int rfd;
+			memcpy(&rfd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			uls_fd_clear(rfd);
+		}
+	}
+}
+
 ULS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
 	struct uls_conn *c = accel(fd);
 
-	if (!c || (flags & UNSUPPORTED_FLAGS))
-		return uls_libc.recvmsg(fd, msg, flags);
+	if (!c || (flags & UNSUPPORTED_FLAGS)) {
+		ssize_t r = uls_libc.recvmsg(fd, msg, flags);
+		if (r >= 0 && msg && msg->msg_controllen)
+			note_received_fds(msg);
+		return r;
+	}
 	msg->msg_namelen = 0;
 	msg->msg_controllen = 0;
 	return uls_ret(uls_conn_recv(c, fd, msg, flags & ~MSG_CMSG_CLOEXEC));
@@ -142,6 +183,8 @@ ULS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
 	struct uls_conn *c = accel(fd);
 
+	if (msg && msg->msg_controllen)
+		note_passed_fds(msg);
 	if (!c || msg->msg_controllen)
 		return uls_libc.sendmsg(fd, msg, flags);
 	if (flags & UNSUPPORTED_FLAGS)
