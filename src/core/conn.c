@@ -360,11 +360,6 @@ static int socket_gone(const struct sockaddr_storage *self, const struct sockadd
 	return err == -ENOENT || (err == 0 && id.ino == 0);
 }
 
-static int pid_dead(uint32_t pid)
-{
-	return pid != 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH;
-}
-
 /*
  * The last holder of our socket closed it: tell the peer, and remove the segment's name
  * when the peer's socket is gone too. Whichever side closes last sees both sockets gone,
@@ -387,7 +382,7 @@ static void conn_release_shared(struct uls_conn *c)
 	 */
 	if ((c->role == ULS_CLIENT && !(peer_state & ULS_SIDE_ATTACHED)) ||
 	    (peer_state & ULS_SIDE_CLOSED) || atomic_load(&c->peer_gone) ||
-	    pid_dead(atomic_load(&c->peer->pid)))
+	    socket_gone(&c->peer_sa, &c->local_sa))
 		uls_seg_remove(&c->seg);
 }
 

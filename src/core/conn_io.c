@@ -244,10 +244,18 @@ static int wait_tx(struct uls_conn *c, int fd, uint64_t deadline, int *backoff_m
 		/* Unread TCP data (or our own SHUT_RD) keeps the socket readable: wake-ups
 		 * cannot be seen, so poll the ring with a growing sleep instead. */
 		*backoff_ms = *backoff_ms ? (*backoff_ms >= 16 ? 16 : *backoff_ms * 2) : 1;
-		struct timespec ts = {0, *backoff_ms * 1000000L};
 		if (deadline && uls_now_ns() >= deadline)
 			return -EAGAIN;
-		return nanosleep(&ts, NULL) < 0 && uls_signals_interrupt() ? -EINTR : 0;
+		/* POLLRDHUP alone still tells when the peer's socket is gone. */
+		struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+		int r = uls_libc.poll(&p, 1, *backoff_ms);
+		if (r < 0)
+			return errno == EINTR && (deadline || uls_signals_interrupt()) ? -EINTR : 0;
+		if (r > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) &&
+		    !atomic_load(&c->shut_rd) &&
+		    !(atomic_load(&c->peer->state) & ULS_SIDE_TCP_SHUT))
+			note_peer_end(c, 0);
+		return 0;
 	}
 	return uls_wait(c, fd, deadline, 1, max_sleep_ms(c));
 }
@@ -328,6 +336,9 @@ static ssize_t conn_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 			unlock(c, TXL);
 			if (peer_declined(c))
 				uls_conn_set_kernel(c, fd, "peer declined");
+			if (c->stat && n > 0)
+				atomic_fetch_add_explicit(&c->stat->tx_bytes, (uint64_t)n,
+							  memory_order_relaxed);
 			return n;
 		}
 		client_switch(c, fd);
@@ -385,8 +396,12 @@ static ssize_t tcp_recv_before_switch(struct uls_conn *c, int fd, struct msghdr 
 	m.msg_iov = tmp;
 	m.msg_iovlen = (size_t)iov_truncate(msg->msg_iov, (int)msg->msg_iovlen, limit, tmp, 64);
 	n = uls_libc.recvmsg(fd, &m, flags);
-	if (n <= 0)
+	if (n <= 0) {
+		/* The end of the client's TCP stream: it closed, unless it only shut down. */
+		if (n == 0 && !(atomic_load(&c->peer->state) & ULS_SIDE_TCP_SHUT))
+			note_peer_end(c, 0);
 		return n < 0 ? -errno : 0;
+	}
 	msg->msg_flags = m.msg_flags;
 	if (atomic_load_explicit(&c->peer->switched, memory_order_acquire)) {
 		/* The switch happened during the call: what lies past it are wake-ups. */
