@@ -39,26 +39,75 @@ void uls_waitq_kick(struct uls_waitq *q)
 	pthread_mutex_unlock(&q->mu);
 }
 
-/* Signals whose handler was installed without SA_RESTART, as a bit set. */
-static _Atomic uint64_t no_restart;
+/*
+ * SA_RESTART emulation. ulsock sleeps in poll(), which the kernel never restarts, while
+ * the program's recv or send would have been restarted for a handler installed with
+ * SA_RESTART. sigaction() is interposed: handlers run through a trampoline that records
+ * which signal arrived, so that an interrupted wait can look up that handler's flags.
+ */
+#define NSIG_TRACKED 65
+static struct sigaction app_act[NSIG_TRACKED];
+static _Atomic int tracked[NSIG_TRACKED];
+static __thread int last_signal;
 
-void uls_signal_note(int sig, const struct sigaction *act)
+static void trampoline(int sig, siginfo_t *si, void *uc)
 {
-	uint64_t bit;
-
-	if (sig <= 0 || sig >= 64 || !act)
+	last_signal = sig;
+	if (sig <= 0 || sig >= NSIG_TRACKED)
 		return;
-	bit = 1ull << sig;
-	if (act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN &&
-	    !(act->sa_flags & SA_RESTART))
-		atomic_fetch_or(&no_restart, bit);
-	else
-		atomic_fetch_and(&no_restart, ~bit);
+	if (app_act[sig].sa_flags & SA_SIGINFO)
+		app_act[sig].sa_sigaction(sig, si, uc);
+	else if (app_act[sig].sa_handler != SIG_IGN && app_act[sig].sa_handler != SIG_DFL)
+		app_act[sig].sa_handler(sig);
+}
+
+int uls_signal_install(int sig, const struct sigaction *act, struct sigaction *old,
+		       int (*real)(int, const struct sigaction *, struct sigaction *))
+{
+	struct sigaction mine, prev;
+	int r;
+
+	if (sig <= 0 || sig >= NSIG_TRACKED || sig == SIGKILL || sig == SIGSTOP)
+		return real(sig, act, old);
+	if (!act || (!(act->sa_flags & SA_SIGINFO) &&
+		     (act->sa_handler == SIG_IGN || act->sa_handler == SIG_DFL))) {
+		r = real(sig, act, &prev);
+		if (r == 0 && act)
+			atomic_store(&tracked[sig], 0);
+	} else {
+		mine = *act;
+		mine.sa_flags |= SA_SIGINFO;
+		mine.sa_sigaction = trampoline;
+		struct sigaction saved = app_act[sig];
+		app_act[sig] = *act;
+		r = real(sig, &mine, &prev);
+		if (r == 0)
+			atomic_store(&tracked[sig], 1);
+		else
+			app_act[sig] = saved;
+	}
+	if (r == 0 && old) {
+		/* Report the program's own handler, never the trampoline. */
+		*old = prev;
+		if ((prev.sa_flags & SA_SIGINFO) && prev.sa_sigaction == trampoline)
+			*old = app_act[sig];
+	}
+	return r;
+}
+
+void uls_signal_clear(void)
+{
+	last_signal = 0;
 }
 
 int uls_signals_interrupt(void)
 {
-	return atomic_load(&no_restart) != 0;
+	int sig = last_signal;
+
+	/* A handler ulsock did not install (signal(): BSD semantics) restarts. */
+	if (sig <= 0 || sig >= NSIG_TRACKED || !atomic_load(&tracked[sig]))
+		return 0;
+	return !(app_act[sig].sa_flags & SA_RESTART);
 }
 
 static int ms_until(uint64_t deadline, int max_ms)
@@ -84,6 +133,7 @@ static int lead(struct uls_conn *c, int fd, uint64_t deadline, int drain, int ma
 		return -EAGAIN;
 	if (atomic_load(&c->closed))
 		return -EBADF;
+	uls_signal_clear();
 	r = uls_libc.poll(&p, 1, ms);
 	if (r > 0 && (p.revents & POLLNVAL))
 		return -EBADF;

@@ -37,8 +37,14 @@ int uls_wait(struct uls_conn *c, int fd, uint64_t deadline, int drain, int max_m
 /* Wakes followers after someone else consumed wake-up bytes. */
 void uls_waitq_kick(struct uls_waitq *q);
 
-/* SA_RESTART emulation: 1 if a handler installed with sigaction lacks SA_RESTART. */
+/*
+ * SA_RESTART emulation: sigaction goes through uls_signal_install, which remembers the
+ * program's handlers; after a sleep ended with EINTR, uls_signals_interrupt says whether
+ * the signal that arrived would have interrupted the program's own call.
+ */
+int uls_signal_install(int sig, const struct sigaction *act, struct sigaction *old,
+		       int (*real)(int, const struct sigaction *, struct sigaction *));
+void uls_signal_clear(void);
 int uls_signals_interrupt(void);
-void uls_signal_note(int sig, const struct sigaction *act);
 
 #endif

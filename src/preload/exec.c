@@ -206,12 +206,8 @@ typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 ULS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
 	static sigaction_fn real;
-	int r;
 
 	if (!real)
 		real = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
-	r = real(sig, act, old);
-	if (r == 0 && act)
-		uls_signal_note(sig, act);
-	return r;
+	return uls_signal_install(sig, act, old, real);
 }
