@@ -284,6 +284,12 @@ static const char *server_attach(struct uls_conn *c, int fd, char *why, size_t w
 	/* Release: a client that sees ATTACHED sees the cookie, and every later ring write. */
 	uls_conn_nodelay(c, fd);
 	atomic_fetch_or_explicit(&c->me->state, ULS_SIDE_ATTACHED, memory_order_seq_cst);
+	/* Both sides store, fence, then read: a client going back to TCP sees ATTACHED, or
+	 * this side sees its request and stays off the ring. */
+	if (atomic_load_explicit(&c->peer->tx_reverted, memory_order_seq_cst)) {
+		atomic_fetch_or(&c->me->state, ULS_SIDE_DECLINED);
+		return "peer moved back to kernel TCP before the accept";
+	}
 	atomic_store(&c->path, ULS_PATH_SHM);
 	return NULL;
 }

@@ -93,6 +93,14 @@ ssize_t uls_conn_send(struct uls_conn *c, int fd, const struct iovec *iov, int i
 ssize_t uls_conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags);
 int uls_conn_shutdown(struct uls_conn *c, int fd, int how);
 
+/*
+ * Moves an accelerated connection back to plain kernel TCP in place, before the socket
+ * leaves ulsock's reach (exec without the preload, SCM_RIGHTS to a process without it,
+ * fdopen). Both sides cooperate; no byte is lost or duplicated. Returns 0 or -errno
+ * (-ETIMEDOUT when the peer did not answer in time, -EBUSY when it cannot be done).
+ */
+int uls_conn_revert(struct uls_conn *c, int fd, int timeout_ms);
+
 /* Readiness for poll and epoll. */
 #define ULS_KERNEL_RX 0x1 /* receive readiness is the kernel's (TCP data before the switch) */
 #define ULS_KERNEL_TX 0x2 /* send readiness is the kernel's (client still on TCP) */

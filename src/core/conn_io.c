@@ -28,6 +28,8 @@
 
 enum { TXL = 0, RXL = 1 };
 
+static void serve_revert(struct uls_conn *c, int fd);
+
 static void lock(struct uls_conn *c, int which)
 {
 	uls_shmlock_acquire(&c->me->lock[which], &c->me->lock_owner[which]);
@@ -107,6 +109,10 @@ void uls_conn_drain(struct uls_conn *c, int fd)
 
 	/* After our own SHUT_RD the kernel reports EOF on the stream: nothing to learn. */
 	if (!c->seg.hdr || !rx_token_zone(c) || atomic_load(&c->shut_rd))
+		return;
+	serve_revert(c, fd);
+	/* Past the peer's revert point its TCP bytes are data: rx_try_back counts exactly. */
+	if (atomic_load(&c->peer->tx_reverted) || atomic_load(&c->me->rx_back))
 		return;
 	for (;;) {
 		n = uls_libc.recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
@@ -269,6 +275,253 @@ static ssize_t send_epipe(struct uls_conn *c, int flags)
 	return -EPIPE;
 }
 
+/* Fills tmp with the part of iov that starts `skip` bytes in; returns the count. */
+static int iov_window(const struct iovec *iov, int iovcnt, size_t skip, struct iovec *tmp,
+		      int max)
+{
+	int k = 0;
+
+	for (int i = 0; i < iovcnt && k < max; i++) {
+		if (skip >= iov[i].iov_len) {
+			skip -= iov[i].iov_len;
+			continue;
+		}
+		tmp[k].iov_base = (char *)iov[i].iov_base + skip;
+		tmp[k].iov_len = iov[i].iov_len - skip;
+		skip = 0;
+		k++;
+	}
+	return k;
+}
+
+/* ---- Moving back to kernel TCP in place (docs/protocol.md, section 8) ---- */
+
+/* TCP bytes this side has put on its direction: data before its switch, and wake-ups. */
+static uint64_t tcp_sent(struct uls_conn *c)
+{
+	uint64_t n = atomic_load(&c->me->tokens_sent);
+
+	return c->role == ULS_CLIENT ? n + atomic_load(&c->me->tcp_data) : n;
+}
+
+/* TCP bytes this side has consumed from the peer's direction. */
+static uint64_t tcp_consumed(struct uls_conn *c)
+{
+	uint64_t n = atomic_load(&c->me->tokens_seen);
+
+	return c->role == ULS_SERVER ? n + atomic_load(&c->me->tcp_data) : n;
+}
+
+#define REVERT_IO_MS 5000
+
+static int wait_fd(int fd, short events, uint64_t deadline)
+{
+	struct pollfd p = {.fd = fd, .events = events};
+	uint64_t now = uls_now_ns();
+
+	if (now >= deadline)
+		return -ETIMEDOUT;
+	int r = uls_libc.poll(&p, 1, (int)((deadline - now) / 1000000) + 1);
+	return r < 0 && errno != EINTR ? -errno : 0;
+}
+
+static int send_all_tcp(int fd, const uint8_t *p, size_t len)
+{
+	uint64_t deadline = uls_now_ns() + REVERT_IO_MS * 1000000ull;
+
+	while (len > 0) {
+		ssize_t n = uls_libc.send(fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n > 0) {
+			p += n;
+			len -= (size_t)n;
+		} else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+			int r = wait_fd(fd, POLLOUT, deadline);
+			if (r < 0)
+				return r;
+		} else {
+			return n < 0 ? -errno : -EPIPE;
+		}
+	}
+	return 0;
+}
+
+static int discard_tcp(int fd, uint64_t len, uint64_t *done)
+{
+	uint64_t deadline = uls_now_ns() + REVERT_IO_MS * 1000000ull;
+	char buf[4096];
+
+	while (len > 0) {
+		ssize_t n = uls_libc.recv(fd, buf, len < sizeof(buf) ? len : sizeof(buf), MSG_DONTWAIT);
+		if (n > 0) {
+			len -= (uint64_t)n;
+			*done += (uint64_t)n;
+		} else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+			int r = wait_fd(fd, POLLIN, deadline);
+			if (r < 0)
+				return r;
+		} else {
+			return n < 0 ? -errno : -EPIPE;
+		}
+	}
+	return 0;
+}
+
+static void maybe_all_kernel(struct uls_conn *c, int fd)
+{
+	if (atomic_load(&c->me->tx_reverted) && atomic_load(&c->me->rx_back))
+		uls_conn_set_kernel(c, fd, "moved back to kernel TCP");
+}
+
+/*
+ * Moves this side's sending direction back to TCP. The ring bytes before ring_end count
+ * (the consumer reads them from the ring); those from ring_end to the tail are sent
+ * again on TCP. From now on this side sends no wake-ups: its TCP bytes are data again.
+ * Caller holds the send lock.
+ */
+static int tx_revert(struct uls_conn *c, int fd, uint64_t ring_end)
+{
+	uint64_t tail = atomic_load(&c->tx->sh->prod.tail);
+	uint8_t buf[16384];
+
+	if (uls_ring_dist(ring_end, tail) > c->tx->size) {
+		broken(c, fd, "ring end out of range in a revert");
+		return -EPROTO;
+	}
+	atomic_store(&c->me->revert_ring_end, ring_end);
+	atomic_store(&c->me->revert_tcp_pos, tcp_sent(c));
+	/* The consumer reads the two fields only after it sees the flag. */
+	atomic_store_explicit(&c->me->tx_reverted, 1, memory_order_seq_cst);
+	for (uint64_t pos = ring_end; pos != tail;) {
+		size_t n = tail - pos < sizeof(buf) ? (size_t)(tail - pos) : sizeof(buf);
+		struct iovec iov = {.iov_base = buf, .iov_len = n};
+		uls_ring_copy_out(c->tx, pos, &iov, 1, 0, n);
+		int r = send_all_tcp(fd, buf, n);
+		if (r < 0) {
+			broken(c, fd, "resending ring bytes on TCP failed");
+			return r;
+		}
+		pos += n;
+	}
+	maybe_all_kernel(c, fd);
+	return 0;
+}
+
+/* The peer asked for this side's bytes on TCP. Caller holds the send lock. */
+static void serve_revert_locked(struct uls_conn *c, int fd)
+{
+	if (!atomic_load(&c->peer->revert_req) || atomic_load(&c->me->tx_reverted))
+		return;
+	/* The peer stopped reading at its head: everything after it goes again on TCP. */
+	tx_revert(c, fd, atomic_load(&c->tx->sh->cons.head));
+}
+
+static void serve_revert(struct uls_conn *c, int fd)
+{
+	if (!atomic_load(&c->peer->revert_req) || atomic_load(&c->me->tx_reverted))
+		return;
+	if (uls_shmlock_try(&c->me->lock[TXL], &c->me->lock_owner[TXL])) {
+		serve_revert_locked(c, fd);
+		unlock(c, TXL);
+	}
+}
+
+/*
+ * The peer sends on TCP again: once this side has read its ring up to the ring end, it
+ * skips the peer's wake-up bytes and reads TCP. Caller holds the receive lock. Returns
+ * 1 when the direction is back on TCP, 0 while ring bytes remain, or -errno.
+ */
+static int rx_try_back(struct uls_conn *c, int fd)
+{
+	if (atomic_load(&c->me->rx_back))
+		return 1;
+	if (!atomic_load_explicit(&c->peer->tx_reverted, memory_order_acquire))
+		return 0;
+	uint64_t end = atomic_load(&c->peer->revert_ring_end);
+	uint64_t head = atomic_load(&c->rx->sh->cons.head);
+	if (head != end) {
+		if (uls_ring_dist(head, end) > c->rx->size) {
+			broken(c, fd, "ring end out of range in a revert");
+			return -ECONNRESET;
+		}
+		return 0;
+	}
+	/* A client that never switched sent nothing but data on TCP. */
+	if (c->role == ULS_SERVER && !atomic_load(&c->peer->switched)) {
+		atomic_store(&c->me->rx_back, 1);
+		maybe_all_kernel(c, fd);
+		return 1;
+	}
+	uint64_t pos = atomic_load(&c->peer->revert_tcp_pos), have = tcp_consumed(c), got = 0;
+	if (pos < have || pos - have > ((uint64_t)1 << 32)) {
+		broken(c, fd, "TCP position out of range in a revert");
+		return -ECONNRESET;
+	}
+	int r = discard_tcp(fd, pos - have, &got);
+	atomic_fetch_add(&c->me->tokens_seen, got);
+	if (r < 0)
+		return r;
+	atomic_store(&c->me->rx_back, 1);
+	maybe_all_kernel(c, fd);
+	return 1;
+}
+
+int uls_conn_revert(struct uls_conn *c, int fd, int timeout_ms)
+{
+	uint64_t deadline = uls_now_ns() + (uint64_t)timeout_ms * 1000000u;
+	int r = 0;
+
+	if (!c->seg.hdr || atomic_load(&c->path) == ULS_PATH_KERNEL)
+		return 0;
+	if (!uls_conn_hold(c))
+		return -EBADF;
+	lock(c, RXL);
+	lock(c, TXL);
+	if (c->role == ULS_SERVER && atomic_load(&c->peer->switched) &&
+	    atomic_load(&c->me->tcp_data) < atomic_load(&c->peer->switch_pos)) {
+		/* Unread TCP data would sit in front of wake-up bytes in the kernel's queue. */
+		r = -EBUSY;
+		goto out;
+	}
+	if (c->role == ULS_CLIENT && peer_attached(c) && !atomic_load(&c->me->switched) &&
+	    !(atomic_load(&c->me->state) & ULS_SIDE_TCP_SHUT))
+		client_switch(c, fd);
+	atomic_store_explicit(&c->me->revert_req, 1, memory_order_seq_cst);
+	send_token(c, fd);
+	if (!atomic_load(&c->me->tx_reverted))
+		r = tx_revert(c, fd, atomic_load(&c->tx->sh->prod.tail));
+	unlock(c, TXL);
+	if (r < 0)
+		goto out_rx;
+	/* A server that has not attached yet sees the request and declines (server_attach). */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (c->role == ULS_CLIENT && !peer_attached(c)) {
+		atomic_store(&c->me->rx_back, 1);
+		maybe_all_kernel(c, fd);
+		goto out_rx;
+	}
+	while (!atomic_load_explicit(&c->peer->tx_reverted, memory_order_acquire)) {
+		struct timespec ts = {0, 1000000};
+		if (uls_now_ns() >= deadline || atomic_load(&c->broken)) {
+			r = -ETIMEDOUT;
+			goto out_rx;
+		}
+		nanosleep(&ts, NULL);
+	}
+	r = rx_try_back(c, fd);
+	r = r == 1 ? 0 : (r < 0 ? r : -EPROTO);
+out_rx:
+	unlock(c, RXL);
+	if (r == 0)
+		uls_seg_remove(&c->seg);
+	uls_conn_unhold(c);
+	return r;
+out:
+	unlock(c, TXL);
+	unlock(c, RXL);
+	uls_conn_unhold(c);
+	return r;
+}
+
 static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, int iovcnt,
 			 size_t total, int flags)
 {
@@ -305,6 +558,17 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 			continue;
 		}
 		atomic_fetch_add(&c->tx_full, 1);
+		if (atomic_load(&c->peer->revert_req)) {
+			/* The reader stopped for good: the rest of this send goes on TCP. */
+			serve_revert_locked(c, fd);
+			struct iovec tmp[64];
+			struct msghdr m = {.msg_iov = tmp};
+			m.msg_iovlen = (size_t)iov_window(iov, iovcnt, done, tmp, 64);
+			ssize_t n = uls_libc.sendmsg(fd, &m, flags);
+			if (n < 0)
+				return done ? (ssize_t)done : -errno;
+			return (ssize_t)(done + (size_t)n);
+		}
 		if (nonblock)
 			return done ? (ssize_t)done : -EAGAIN;
 		if (atomic_load(&c->closed))
@@ -326,6 +590,15 @@ static ssize_t conn_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 	if (atomic_load(&c->shut_wr))
 		return send_epipe(c, flags);
 	lock(c, TXL);
+	serve_revert_locked(c, fd);
+	if (atomic_load(&c->me->tx_reverted)) {
+		/* Back on TCP: the bytes follow the resent ring bytes there. */
+		struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
+		n = uls_libc.sendmsg(fd, &m, flags);
+		n = n < 0 ? -errno : n;
+		unlock(c, TXL);
+		return n;
+	}
 	if (c->role == ULS_CLIENT && !atomic_load(&c->me->switched)) {
 		if (!peer_attached(c)) {
 			/* Not proven yet: the bytes go on TCP, where the server will read them. */
@@ -487,6 +760,9 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 		}
 		if (atomic_load(&c->broken))
 			return -ECONNRESET;
+		int back = rx_try_back(c, fd);
+		if (back != 0)
+			return back < 0 ? back : -EALREADY;
 		if ((atomic_load(&c->peer->state) & ULS_SIDE_RESET) &&
 		    !atomic_exchange(&c->reset_seen, 1))
 			return -ECONNRESET;
@@ -514,24 +790,6 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 	}
 }
 
-/* Fills tmp with the part of iov that starts `skip` bytes in; returns the count. */
-static int iov_window(const struct iovec *iov, int iovcnt, size_t skip, struct iovec *tmp,
-		      int max)
-{
-	int k = 0;
-
-	for (int i = 0; i < iovcnt && k < max; i++) {
-		if (skip >= iov[i].iov_len) {
-			skip -= iov[i].iov_len;
-			continue;
-		}
-		tmp[k].iov_base = (char *)iov[i].iov_base + skip;
-		tmp[k].iov_len = iov[i].iov_len - skip;
-		skip = 0;
-		k++;
-	}
-	return k;
-}
 
 /*
  * One receive: TCP data before the ring took over, then the ring. MSG_WAITALL goes on
@@ -557,7 +815,11 @@ static ssize_t conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 			m.msg_iovlen = (size_t)iov_window(msg->msg_iov, (int)msg->msg_iovlen, done, tmp,
 							  64);
 		}
-		if (c->role == ULS_CLIENT && !peer_attached(c)) {
+		serve_revert(c, fd);
+		if (atomic_load(&c->me->rx_back)) {
+			n = uls_libc.recvmsg(fd, &m, flags);
+			n = n < 0 ? -errno : n;
+		} else if (c->role == ULS_CLIENT && !peer_attached(c)) {
 			n = tcp_recv_pending(c, fd, &m, flags, nonblock);
 		} else if (c->role == ULS_SERVER && !rx_token_zone(c)) {
 			n = tcp_recv_before_switch(c, fd, &m, flags, total - done, nonblock);
@@ -661,6 +923,9 @@ int uls_conn_kernel_parts(struct uls_conn *c)
 {
 	if (atomic_load(&c->path) == ULS_PATH_KERNEL || !c->seg.hdr)
 		return ULS_KERNEL_RX | ULS_KERNEL_TX;
+	if (atomic_load(&c->me->rx_back) || atomic_load(&c->me->tx_reverted))
+		return (atomic_load(&c->me->rx_back) ? ULS_KERNEL_RX : 0) |
+		       (atomic_load(&c->me->tx_reverted) ? ULS_KERNEL_TX : 0);
 	if (c->role == ULS_CLIENT)
 		return peer_attached(c) ? 0 : ULS_KERNEL_RX | ULS_KERNEL_TX;
 	return rx_token_zone(c) ? 0 : ULS_KERNEL_RX;

@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * execve and friends, and sigaction. An accelerated socket that survives exec keeps working only if the
- * new program runs ulsock too (it finds the connection again through the socket's inode).
- * A program that clears LD_PRELOAD from its children's environment would otherwise read
- * wake-up bytes as data, so while this process holds accelerated connections, exec puts
- * the library back into the environment it passes on. Static binaries cannot be helped:
- * see the README's limitations.
+ * execve and friends, fdopen, and sigaction. An accelerated socket that survives exec
+ * keeps working if the new program runs ulsock too (it finds the connection again through
+ * the socket's inode). When the new environment drops the library, each inherited
+ * accelerated socket first moves back to kernel TCP in place; if the peer does not answer
+ * in time, the library is put back into the environment instead, so that no byte is lost.
+ * Static binaries cannot be helped: see the README's limitations.
  */
+#include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -17,6 +20,7 @@
 
 #include "preload.h"
 #include "../core/conn.h"
+#include "../core/fdtable.h"
 #include "../core/log.h"
 #include "../core/wait.h"
 
@@ -47,6 +51,38 @@ static int preload_has(const char *value, const char *lib)
 	return 0;
 }
 
+/*
+ * The new program will not run ulsock: move every accelerated socket it inherits back to
+ * kernel TCP first. Returns 0 when all could be moved.
+ */
+static int revert_inherited(void)
+{
+	struct dirent *de;
+	DIR *d = opendir("/proc/self/fd");
+	int failed = 0;
+
+	if (!d)
+		return -1;
+	while ((de = readdir(d)) != NULL) {
+		int fd = atoi(de->d_name);
+		if (de->d_name[0] < '0' || de->d_name[0] > '9' || fd == dirfd(d))
+			continue;
+		struct uls_conn *c = uls_fd_conn(fd);
+		if (!c || !c->seg.hdr || atomic_load(&c->path) == ULS_PATH_KERNEL)
+			continue;
+		int fl = uls_libc.fcntl(fd, F_GETFD);
+		if (fl < 0 || (fl & FD_CLOEXEC))
+			continue;
+		int r = uls_conn_revert(c, fd, 2000);
+		if (r < 0) {
+			uls_warn("exec: fd=%d could not move back to kernel TCP: %s", fd, strerror(-r));
+			failed = 1;
+		}
+	}
+	closedir(d);
+	return failed ? -1 : 0;
+}
+
 /* Returns envp, or a new environment with the library added to LD_PRELOAD. */
 static char **fixed_env(char *const envp[], char **to_free)
 {
@@ -64,6 +100,9 @@ static char **fixed_env(char *const envp[], char **to_free)
 			at = (int)n;
 		}
 	if (old && preload_has(old, lib))
+		return (char **)envp;
+	/* The preload was dropped: go back to TCP in place, else keep the library. */
+	if (revert_inherited() == 0)
 		return (char **)envp;
 	env = malloc((n + 2) * sizeof(*env));
 	entry = malloc(strlen(lib) + (old ? strlen(old) : 0) + 16);
@@ -83,7 +122,7 @@ static char **fixed_env(char *const envp[], char **to_free)
 	if (at < 0)
 		env[n++] = entry;
 	env[n] = NULL;
-	uls_info("exec: LD_PRELOAD restored so that accelerated sockets keep working");
+	uls_warn("exec: LD_PRELOAD restored so that accelerated sockets keep working");
 	*to_free = entry;
 	return env;
 }
@@ -210,4 +249,25 @@ ULS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction 
 	if (!real)
 		real = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
 	return uls_signal_install(sig, act, old, real);
+}
+
+/* stdio reads a descriptor with glibc's internal calls, which ulsock cannot see. */
+typedef FILE *(*fdopen_fn)(int, const char *);
+
+ULS_EXPORT FILE *fdopen(int fd, const char *mode)
+{
+	static fdopen_fn real;
+	struct uls_conn *c;
+
+	uls_ensure_init();
+	if (!real)
+		real = (fdopen_fn)dlsym(RTLD_NEXT, "fdopen");
+	c = uls_fd_conn(fd);
+	if (c && c->seg.hdr && atomic_load(&c->path) != ULS_PATH_KERNEL) {
+		int r = uls_conn_revert(c, fd, 2000);
+		if (r < 0)
+			uls_err("fdopen: fd=%d stays accelerated (%s): stdio will not see its data",
+				fd, strerror(-r));
+	}
+	return real(fd, mode);
 }

@@ -2,6 +2,7 @@
 /* Interposed data calls: every read and write family member ends in uls_conn_recv/send. */
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -10,6 +11,8 @@
 #include "preload.h"
 #include "../core/conn.h"
 #include "../core/fdtable.h"
+#include "../core/config.h"
+#include "../core/log.h"
 
 extern void __chk_fail(void) __attribute__((noreturn));
 
@@ -127,12 +130,37 @@ ULS_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
 	return conn_send_buf(c, fd, buf, len, flags);
 }
 
-/*
- * Descriptors leaving in an SCM_RIGHTS message: their connections may now be held by
- * another process, so close must ask the kernel before it ends them.
- */
-static void note_passed_fds(const struct msghdr *msg)
+/* Does the process at the other end of this unix socket run ulsock? */
+static int peer_runs_ulsock(int unix_fd)
 {
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+	char path[64], line[512];
+	int found = 0;
+
+	/* A socketpair reports its creator, whoever holds the other end now: unverifiable. */
+	if (getsockopt(unix_fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0 || cr.pid <= 0 ||
+	    cr.pid == uls_pid())
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)cr.pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return 0;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, "libulsock") != NULL;
+	fclose(f);
+	return found;
+}
+
+/*
+ * Descriptors leaving in an SCM_RIGHTS message. A receiver that runs ulsock finds the
+ * connection again; for any other receiver, the connection first moves back to kernel
+ * TCP. Either way another process may hold the socket now, so close must ask the kernel.
+ */
+static void note_passed_fds(int unix_fd, const struct msghdr *msg)
+{
+	int verified = -1;
+
 	for (struct cmsghdr *cm = CMSG_FIRSTHDR((struct msghdr *)msg); cm;
 	     cm = CMSG_NXTHDR((struct msghdr *)msg, cm)) {
 		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
@@ -142,8 +170,19 @@ static void note_passed_fds(const struct msghdr *msg)
 			int pfd;
 			memcpy(&pfd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
 			struct uls_conn *pc = uls_fd_conn(pfd);
-			if (pc)
-				atomic_store(&pc->shared, 1);
+			if (!pc)
+				continue;
+			atomic_store(&pc->shared, 1);
+			if (!pc->seg.hdr || atomic_load(&pc->path) == ULS_PATH_KERNEL)
+				continue;
+			if (verified < 0)
+				verified = peer_runs_ulsock(unix_fd);
+			if (verified)
+				continue;
+			int r = uls_conn_revert(pc, pfd, 2000);
+			if (r < 0)
+				uls_err("SCM_RIGHTS: fd=%d goes to a process without ulsock but could "
+					"not move back to kernel TCP: %s", pfd, strerror(-r));
 		}
 	}
 }
@@ -184,7 +223,7 @@ ULS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 	struct uls_conn *c = accel(fd);
 
 	if (msg && msg->msg_controllen)
-		note_passed_fds(msg);
+		note_passed_fds(fd, msg);
 	if (!c || msg->msg_controllen)
 		return uls_libc.sendmsg(fd, msg, flags);
 	if (flags & UNSUPPORTED_FLAGS)

@@ -71,7 +71,13 @@ struct uls_side {
 	_Alignas(ULS_CACHELINE) _Atomic uint64_t tx_bytes;
 	_Atomic uint64_t rx_bytes;
 	_Atomic uint64_t tokens_seen; /* wake-up bytes consumed from the peer */
-	uint8_t pad3[ULS_CACHELINE - 24];
+	/* Moving the connection back to kernel TCP in place (docs/protocol.md, section 8). */
+	_Atomic uint32_t revert_req;  /* this side asks the peer to send on TCP again */
+	_Atomic uint32_t tx_reverted; /* this side sends on TCP again (fields below valid) */
+	_Atomic uint64_t revert_ring_end; /* ring position where this side's ring bytes end */
+	_Atomic uint64_t revert_tcp_pos;  /* TCP bytes (data and wake-ups) it sent before */
+	_Atomic uint32_t rx_back;     /* this side receives on TCP again */
+	uint8_t pad3[ULS_CACHELINE - 52];
 };
 _Static_assert(sizeof(struct uls_side) == 3 * ULS_CACHELINE, "side size");
 
