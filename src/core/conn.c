@@ -368,8 +368,7 @@ static int socket_gone(const struct sockaddr_storage *self, const struct sockadd
 
 /*
  * The last holder of our socket closed it: tell the peer, and remove the segment's name
- * when the peer's socket is gone too. Whichever side closes last sees both sockets gone,
- * even if the other side was killed or exec'd without closing.
+ * when nobody can need it any more.
  */
 static void conn_release_shared(struct uls_conn *c)
 {
@@ -386,9 +385,13 @@ static void conn_release_shared(struct uls_conn *c)
 	 * the peer's last close; a peer that died or exec'd away without closing is caught by
 	 * its pid, or by the sweep of the next ulsock process.
 	 */
-	if ((c->role == ULS_CLIENT && !(peer_state & ULS_SIDE_ATTACHED)) ||
-	    (peer_state & ULS_SIDE_CLOSED) || atomic_load(&c->peer_gone) ||
-	    socket_gone(&c->peer_sa, &c->local_sa))
+	/*
+	 * The client owns the name (a server of another user could not remove it from the
+	 * sticky /dev/shm): it removes it when it is done. A server removes it when the
+	 * client is gone without having done so.
+	 */
+	if (c->role == ULS_CLIENT || (peer_state & ULS_SIDE_CLOSED) ||
+	    atomic_load(&c->peer_gone) || socket_gone(&c->peer_sa, &c->local_sa))
 		uls_seg_remove(&c->seg);
 }
 
@@ -401,10 +404,19 @@ int uls_conn_close(struct uls_conn *c, int fd, int do_close)
 	pthread_mutex_unlock(&c->mu);
 	if (!last)
 		return do_close ? uls_libc.close(fd) : 0;
-	if (c->seg.hdr && atomic_load(&c->path) != ULS_PATH_KERNEL)
+	/* Wake-up bytes left unread make the kernel reset instead of close; but with other
+	 * holders of the socket they may be another process's wake-up: leave them. */
+	if (c->seg.hdr && atomic_load(&c->path) != ULS_PATH_KERNEL && !atomic_load(&c->shared))
 		uls_conn_drain(c, fd);
-	if (atomic_load(&c->path) == ULS_PATH_PENDING && c->role == ULS_CLIENT)
-		uls_conn_set_kernel(c, fd, "peer never attached (not running ulsock?)");
+	if (atomic_load(&c->path) == ULS_PATH_PENDING && c->role == ULS_CLIENT) {
+		/* The server may have attached without this side having moved a byte since. */
+		if (atomic_load(&c->peer->state) & ULS_SIDE_ATTACHED) {
+			atomic_store(&c->path, ULS_PATH_SHM);
+			uls_conn_log_path(c, fd);
+		} else {
+			uls_conn_set_kernel(c, fd, "peer never attached (not running ulsock?)");
+		}
+	}
 	atomic_store(&c->closed, 1);
 	if (do_close) {
 		rc = uls_libc.close(fd);

@@ -532,6 +532,9 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 	for (;;) {
 		if (atomic_load(&c->broken))
 			return done ? (ssize_t)done : -ECONNRESET;
+		/* shutdown(SHUT_WR) from another thread ends a blocked send, as in TCP. */
+		if (atomic_load(&c->shut_wr))
+			return done ? (ssize_t)done : send_epipe(c, flags);
 		if (peer_stopped_reading(c) || atomic_load(&c->peer_gone)) {
 			/* A peer that only shut down reading still takes (and drops) bytes. */
 			if (!(atomic_load(&c->peer->state) & ULS_SIDE_CLOSED) &&
@@ -669,7 +672,8 @@ static ssize_t tcp_recv_before_switch(struct uls_conn *c, int fd, struct msghdr 
 		atomic_store(&c->rx->sh->cons.want_data, 1);
 	m.msg_iov = tmp;
 	m.msg_iovlen = (size_t)iov_truncate(msg->msg_iov, (int)msg->msg_iovlen, limit, tmp, 64);
-	n = uls_libc.recvmsg(fd, &m, flags);
+	/* MSG_WAITALL is ulsock's to apply: the kernel would wait for wake-up bytes too. */
+	n = uls_libc.recvmsg(fd, &m, flags & ~MSG_WAITALL);
 	if (n <= 0) {
 		/* The end of the client's TCP stream: it closed, unless it only shut down. */
 		if (n == 0 && !(atomic_load(&c->peer->state) & ULS_SIDE_TCP_SHUT))
@@ -705,7 +709,7 @@ static ssize_t tcp_recv_pending(struct uls_conn *c, int fd, struct msghdr *msg, 
 		atomic_thread_fence(memory_order_seq_cst);
 		if (peer_attached(c))
 			return -EALREADY;
-		n = uls_libc.recvmsg(fd, msg, flags | MSG_DONTWAIT);
+		n = uls_libc.recvmsg(fd, msg, (flags & ~MSG_WAITALL) | MSG_DONTWAIT);
 		if (n >= 0 || errno != EAGAIN || nonblock)
 			break;
 		/* Sleep without consuming: what arrives may be data or a wake-up byte. */

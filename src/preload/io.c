@@ -1,7 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /* Interposed data calls: every read and write family member ends in uls_conn_recv/send. */
 #include <errno.h>
+#include <dirent.h>
 #include <limits.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <linux/sock_diag.h>
+#include <linux/unix_diag.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/sendfile.h>
@@ -130,19 +137,12 @@ ULS_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
 	return conn_send_buf(c, fd, buf, len, flags);
 }
 
-/* Does the process at the other end of this unix socket run ulsock? */
-static int peer_runs_ulsock(int unix_fd)
+static int pid_maps_ulsock(long pid)
 {
-	struct ucred cr;
-	socklen_t len = sizeof(cr);
 	char path[64], line[512];
 	int found = 0;
 
-	/* A socketpair reports its creator, whoever holds the other end now: unverifiable. */
-	if (getsockopt(unix_fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0 || cr.pid <= 0 ||
-	    cr.pid == uls_pid())
-		return 0;
-	snprintf(path, sizeof(path), "/proc/%d/maps", (int)cr.pid);
+	snprintf(path, sizeof(path), "/proc/%ld/maps", pid);
 	FILE *f = fopen(path, "re");
 	if (!f)
 		return 0;
@@ -150,6 +150,103 @@ static int peer_runs_ulsock(int unix_fd)
 		found = strstr(line, "libulsock") != NULL;
 	fclose(f);
 	return found;
+}
+
+/* The inode of the socket at the other end of a connected unix socket, or 0. */
+static uint64_t unix_peer_ino(int unix_fd)
+{
+	struct {
+		struct nlmsghdr nh;
+		struct unix_diag_req req;
+	} q;
+	union {
+		struct nlmsghdr nh;
+		char buf[4096];
+	} rep;
+	struct sockaddr_nl nl = {.nl_family = AF_NETLINK};
+	struct stat st;
+	uint64_t peer = 0;
+	int nfd;
+
+	if (fstat(unix_fd, &st) < 0)
+		return 0;
+	nfd = uls_libc.socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	if (nfd < 0)
+		return 0;
+	memset(&q, 0, sizeof(q));
+	q.nh.nlmsg_len = sizeof(q);
+	q.nh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+	q.nh.nlmsg_flags = NLM_F_REQUEST;
+	q.req.sdiag_family = AF_UNIX;
+	q.req.udiag_states = ~0u;
+	q.req.udiag_ino = (uint32_t)st.st_ino;
+	q.req.udiag_show = UDIAG_SHOW_PEER;
+	q.req.udiag_cookie[0] = q.req.udiag_cookie[1] = ~0u;
+	ssize_t n = -1;
+	if (uls_libc.sendto(nfd, &q, sizeof(q), 0, (struct sockaddr *)&nl, sizeof(nl)) >= 0)
+		n = uls_libc.recv(nfd, &rep, sizeof(rep), 0);
+	uls_libc.close(nfd);
+	if (n < (ssize_t)NLMSG_LENGTH(sizeof(struct unix_diag_msg)) ||
+	    rep.nh.nlmsg_type != SOCK_DIAG_BY_FAMILY)
+		return 0;
+	struct unix_diag_msg *m = NLMSG_DATA(&rep.nh);
+	int len = (int)rep.nh.nlmsg_len - (int)NLMSG_LENGTH(sizeof(*m));
+	for (struct rtattr *a = (struct rtattr *)(m + 1); RTA_OK(a, len); a = RTA_NEXT(a, len))
+		if (a->rta_type == UNIX_DIAG_PEER && RTA_PAYLOAD(a) >= sizeof(uint32_t))
+			peer = *(uint32_t *)RTA_DATA(a);
+	return peer;
+}
+
+/* Does every process that holds the socket `ino` run ulsock? (a scan of /proc) */
+static int holders_run_ulsock(uint64_t ino)
+{
+	char want[40], dir[300], link[600], target[64];
+	struct dirent *p, *f;
+	int holders = 0, ok = 1;
+	DIR *proc = opendir("/proc");
+
+	snprintf(want, sizeof(want), "socket:[%llu]", (unsigned long long)ino);
+	while (ok && proc && (p = readdir(proc)) != NULL) {
+		if (p->d_name[0] < '1' || p->d_name[0] > '9')
+			continue;
+		snprintf(dir, sizeof(dir), "/proc/%s/fd", p->d_name);
+		DIR *fds = opendir(dir);
+		while (fds && (f = readdir(fds)) != NULL) {
+			snprintf(link, sizeof(link), "%s/%s", dir, f->d_name);
+			ssize_t n = readlink(link, target, sizeof(target) - 1);
+			if (n <= 0)
+				continue;
+			target[n] = '\0';
+			if (strcmp(target, want) == 0) {
+				holders++;
+				ok = pid_maps_ulsock(strtol(p->d_name, NULL, 10));
+				break;
+			}
+		}
+		if (fds)
+			closedir(fds);
+	}
+	if (proc)
+		closedir(proc);
+	return ok && holders > 0;
+}
+
+/*
+ * Does the process at the other end of this unix socket run ulsock? SO_PEERCRED names
+ * it for a connected socket; a socketpair only names its creator, so then the holders of
+ * the other end are looked up.
+ */
+static int peer_runs_ulsock(int unix_fd)
+{
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+
+	if (getsockopt(unix_fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0 || cr.pid <= 0)
+		return 0;
+	if (cr.pid != uls_pid())
+		return pid_maps_ulsock(cr.pid);
+	uint64_t peer = unix_peer_ino(unix_fd);
+	return peer && holders_run_ulsock(peer);
 }
 
 /*

@@ -30,6 +30,11 @@ def test_case_list(uls):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_epoll(uls, case, mode):
+    if case == "dup_close" and mode == "ulsock":
+        # Known gap, in the README's limitations: ulsock's epoll registration follows the
+        # descriptor number, so closing the registered number while a dup keeps the socket
+        # open ends its accelerated readiness reports.
+        pytest.xfail("epoll registration of an accelerated socket does not outlive its fd")
     run_case(uls, HELPER, case, mode)
 
 
