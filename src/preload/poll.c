@@ -44,6 +44,14 @@ ULS_EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts,
 	return (int)uls_ret(uls_poll(fds, n, ts_to_ns(ts), mask));
 }
 
+ULS_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *ts,
+			   const sigset_t *mask, size_t fdslen)
+{
+	if (fdslen / sizeof(*fds) < n)
+		__chk_fail();
+	return ppoll(fds, n, ts, mask);
+}
+
 static int any_conn(int nfds, fd_set *r, fd_set *w)
 {
 	for (int fd = 0; fd < nfds; fd++)

@@ -20,6 +20,9 @@ ssize_t __recv_chk(int fd, void *buf, size_t len, size_t buflen, int flags);
 ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int flags,
 		       struct sockaddr *addr, unsigned int *alen);
 int __poll_chk(struct pollfd *fds, unsigned long n, int timeout, size_t fdslen);
+struct timespec;
+int __ppoll_chk(struct pollfd *fds, unsigned long n, const struct timespec *ts,
+		const sigset_t *mask, size_t fdslen);
 
 /* Resolves libc and loads the configuration; cheap after the first call. */
 void uls_preload_init(void);
