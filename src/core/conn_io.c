@@ -553,7 +553,6 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 			uls_ring_copy_in(c->tx, tail, iov, iovcnt, done, n);
 			/* Release: the consumer sees the bytes before it sees the new tail. */
 			atomic_store_explicit(&c->tx->sh->prod.tail, tail + n, memory_order_release);
-			atomic_fetch_add_explicit(&c->me->tx_bytes, n, memory_order_relaxed);
 			done += n;
 			wake_consumer(c, fd);
 			if (done == total)
@@ -758,7 +757,6 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 				return (ssize_t)n;
 			/* Release: the producer may reuse the space once it sees the new head. */
 			atomic_store_explicit(&c->rx->sh->cons.head, head + n, memory_order_release);
-			atomic_fetch_add_explicit(&c->me->rx_bytes, n, memory_order_relaxed);
 			wake_producer(c, fd);
 			return (ssize_t)n;
 		}

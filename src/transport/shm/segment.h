@@ -67,9 +67,8 @@ struct uls_side {
 	_Atomic uint32_t pad1;
 	_Atomic uint64_t tokens_sent; /* wake-up bytes this side put on its TCP direction */
 	uint8_t pad2[ULS_CACHELINE - 56];
-	/* Line 2: counters for `ulsock stat`. */
-	_Alignas(ULS_CACHELINE) _Atomic uint64_t tx_bytes;
-	_Atomic uint64_t rx_bytes;
+	/* Line 2: written rarely (wake-ups drained, a revert), read by the peer. */
+	_Alignas(ULS_CACHELINE) uint64_t reserved[2];
 	_Atomic uint64_t tokens_seen; /* wake-up bytes consumed from the peer */
 	/* Moving the connection back to kernel TCP in place (docs/protocol.md, section 8). */
 	_Atomic uint32_t revert_req;  /* this side asks the peer to send on TCP again */
