@@ -249,6 +249,24 @@ static int peer_runs_ulsock(int unix_fd)
 	return peer && holders_run_ulsock(peer);
 }
 
+/* Collects the descriptors carried by SCM_RIGHTS messages; returns how many. */
+static int scm_fds(const struct msghdr *msg, int *out, int max)
+{
+	int k = 0;
+
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR((struct msghdr *)msg); cm;
+	     cm = CMSG_NXTHDR((struct msghdr *)msg, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < n && k < max; i++)
+			memcpy(&out[k++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+	}
+	return k;
+}
+
+#define SCM_MAX 253 /* the kernel's SCM_MAX_FD */
+
 /*
  * Descriptors leaving in an SCM_RIGHTS message. A receiver that runs ulsock finds the
  * connection again; for any other receiver, the connection first moves back to kernel
@@ -256,48 +274,33 @@ static int peer_runs_ulsock(int unix_fd)
  */
 static void note_passed_fds(int unix_fd, const struct msghdr *msg)
 {
-	int verified = -1;
+	int fds[SCM_MAX], n = scm_fds(msg, fds, SCM_MAX), verified = -1;
 
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR((struct msghdr *)msg); cm;
-	     cm = CMSG_NXTHDR((struct msghdr *)msg, cm)) {
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+	for (int i = 0; i < n; i++) {
+		struct uls_conn *pc = uls_fd_conn(fds[i]);
+		if (!pc)
 			continue;
-		size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (size_t i = 0; i < n; i++) {
-			int pfd;
-			memcpy(&pfd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-			struct uls_conn *pc = uls_fd_conn(pfd);
-			if (!pc)
-				continue;
-			atomic_store(&pc->shared, 1);
-			if (!pc->seg.hdr || atomic_load(&pc->path) == ULS_PATH_KERNEL)
-				continue;
-			if (verified < 0)
-				verified = peer_runs_ulsock(unix_fd);
-			if (verified)
-				continue;
-			int r = uls_conn_revert(pc, pfd, 2000);
-			if (r < 0)
-				uls_err("SCM_RIGHTS: fd=%d goes to a process without ulsock but could "
-					"not move back to kernel TCP: %s", pfd, strerror(-r));
-		}
+		atomic_store(&pc->shared, 1);
+		if (!pc->seg.hdr || atomic_load(&pc->path) == ULS_PATH_KERNEL)
+			continue;
+		if (verified < 0)
+			verified = peer_runs_ulsock(unix_fd);
+		if (verified)
+			continue;
+		int r = uls_conn_revert(pc, fds[i], 2000);
+		if (r < 0)
+			uls_err("SCM_RIGHTS: fd=%d goes to a process without ulsock but could not "
+				"move back to kernel TCP: %s", fds[i], strerror(-r));
 	}
 }
 
 /* A received descriptor may reuse a number whose old entry ulsock never saw closed. */
 static void note_received_fds(const struct msghdr *msg)
 {
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR((struct msghdr *)msg); cm;
-	     cm = CMSG_NXTHDR((struct msghdr *)msg, cm)) {
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-			continue;
-		size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (size_t i = 0; i < n; i++) {
-			int rfd;
-			memcpy(&rfd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-			uls_fd_clear(rfd);
-		}
-	}
+	int fds[SCM_MAX], n = scm_fds(msg, fds, SCM_MAX);
+
+	for (int i = 0; i < n; i++)
+		uls_fd_clear(fds[i]);
 }
 
 ULS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
