@@ -110,6 +110,12 @@ int uls_conn_kernel_parts(struct uls_conn *c);
 int uls_conn_ready(struct uls_conn *c, int events);
 /* Asks the peer for a wake-up byte when the ring parts named in events change. */
 void uls_conn_arm(struct uls_conn *c, int events);
+/*
+ * Sleeps in a blocking recv of wake-up bytes when every byte still to come on TCP is one
+ * (and nothing else could be consumed by mistake). Returns 1 after a wake-up, 0 when it
+ * does not apply (the caller polls instead), or -EINTR / -EBADF.
+ */
+int uls_conn_sleep_recv(struct uls_conn *c, int fd);
 /* Consumes wake-up bytes after the kernel reported the socket readable. */
 void uls_conn_drain(struct uls_conn *c, int fd);
 /* For edge-triggered epoll: a number that changes when the readiness may have changed. */

@@ -135,6 +135,37 @@ void uls_conn_drain(struct uls_conn *c, int fd)
 	}
 }
 
+int uls_conn_sleep_recv(struct uls_conn *c, int fd)
+{
+	char buf[256];
+	ssize_t n;
+
+	if (!c->seg.hdr || !rx_token_zone(c) || atomic_load(&c->shut_rd) ||
+	    atomic_load(&c->nonblock) || atomic_load(&c->peer->revert_req) ||
+	    atomic_load(&c->peer->tx_reverted) || atomic_load(&c->me->rx_back))
+		return 0;
+	/* The kernel applies SA_RESTART itself: an EINTR here would end the program's call. */
+	n = uls_libc.recv(fd, buf, sizeof(buf), 0);
+	if (n > 0) {
+		atomic_fetch_add_explicit(&c->me->tokens_seen, (uint64_t)n, memory_order_relaxed);
+		uls_waitq_kick(&c->wq);
+		return 1;
+	}
+	if (n == 0) {
+		if (!atomic_load(&c->shut_rd))
+			note_peer_end(c, 0);
+		return 1;
+	}
+	if (errno == EINTR)
+		return -EINTR;
+	if (errno == EBADF)
+		return -EBADF;
+	if (errno == EAGAIN || errno == EWOULDBLOCK)
+		return 0;
+	note_peer_end(c, errno == ECONNRESET ? 0 : errno);
+	return 1;
+}
+
 /* The client moves its sending direction onto the ring. Caller holds the send lock. */
 static void client_switch(struct uls_conn *c, int fd)
 {

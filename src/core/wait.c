@@ -133,6 +133,12 @@ static int lead(struct uls_conn *c, int fd, uint64_t deadline, int drain, int ma
 		return -EAGAIN;
 	if (atomic_load(&c->closed))
 		return -EBADF;
+	if (drain && !deadline && max_ms < 0) {
+		/* One system call instead of poll and recv, where a plain recv is safe. */
+		r = uls_conn_sleep_recv(c, fd);
+		if (r != 0)
+			return r < 0 ? r : 0;
+	}
 	uls_signal_clear();
 	r = uls_libc.poll(&p, 1, ms);
 	if (r > 0 && (p.revents & POLLNVAL))
