@@ -20,27 +20,25 @@
 #include <unistd.h>
 
 #include "conn.h"
+#include "conn_io.h"
 #include "config.h"
 #include "cpu.h"
 #include "log.h"
 #include "shmlock.h"
 #include "../preload/libc.h"
 
-enum { TXL = 0, RXL = 1 };
 
-static void serve_revert(struct uls_conn *c, int fd);
-
-static void lock(struct uls_conn *c, int which)
+void uls_conn_lock(struct uls_conn *c, int which)
 {
 	uls_shmlock_acquire(&c->me->lock[which], &c->me->lock_owner[which]);
 }
 
-static void unlock(struct uls_conn *c, int which)
+void uls_conn_unlock(struct uls_conn *c, int which)
 {
 	uls_shmlock_release(&c->me->lock[which], &c->me->lock_owner[which]);
 }
 
-static int peer_attached(struct uls_conn *c)
+int uls_conn_peer_attached(struct uls_conn *c)
 {
 	/* Acquire: pairs with the server's seq_cst store of ATTACHED. */
 	return atomic_load_explicit(&c->peer->state, memory_order_acquire) & ULS_SIDE_ATTACHED;
@@ -55,7 +53,7 @@ static int peer_declined(struct uls_conn *c)
 static int rx_token_zone(struct uls_conn *c)
 {
 	if (c->role == ULS_CLIENT)
-		return peer_attached(c);
+		return uls_conn_peer_attached(c);
 	if (!atomic_load_explicit(&c->peer->switched, memory_order_acquire))
 		return 0;
 	return atomic_load(&c->me->tcp_data) >= atomic_load(&c->peer->switch_pos);
@@ -67,7 +65,7 @@ static int can_signal(struct uls_conn *c)
 	return c->role == ULS_SERVER || atomic_load_explicit(&c->me->switched, memory_order_acquire);
 }
 
-static void send_token(struct uls_conn *c, int fd)
+void uls_conn_send_token(struct uls_conn *c, int fd)
 {
 	char b = 0;
 
@@ -83,7 +81,7 @@ static void wake_consumer(struct uls_conn *c, int fd)
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(&c->tx->sh->cons.want_data, memory_order_relaxed) &&
 	    atomic_exchange(&c->tx->sh->cons.want_data, 0))
-		send_token(c, fd);
+		uls_conn_send_token(c, fd);
 }
 
 /* Consumer: after publishing head, wake a producer that waits for space. */
@@ -92,7 +90,7 @@ static void wake_producer(struct uls_conn *c, int fd)
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(&c->rx->sh->prod.want_space, memory_order_relaxed) &&
 	    atomic_exchange(&c->rx->sh->prod.want_space, 0))
-		send_token(c, fd);
+		uls_conn_send_token(c, fd);
 }
 
 static void note_peer_end(struct uls_conn *c, int err)
@@ -110,7 +108,7 @@ void uls_conn_drain(struct uls_conn *c, int fd)
 	/* After our own SHUT_RD the kernel reports EOF on the stream: nothing to learn. */
 	if (!c->seg.hdr || !rx_token_zone(c) || atomic_load(&c->shut_rd))
 		return;
-	serve_revert(c, fd);
+	uls_revert_serve(c, fd);
 	/* Past the peer's revert point its TCP bytes are data: rx_try_back counts exactly. */
 	if (atomic_load(&c->peer->tx_reverted) || atomic_load(&c->me->rx_back))
 		return;
@@ -167,7 +165,7 @@ int uls_conn_sleep_recv(struct uls_conn *c, int fd)
 }
 
 /* The client moves its sending direction onto the ring. Caller holds the send lock. */
-static void client_switch(struct uls_conn *c, int fd)
+void uls_conn_client_switch(struct uls_conn *c, int fd)
 {
 	uls_conn_nodelay(c, fd);
 	atomic_store_explicit(&c->me->switch_pos, atomic_load(&c->me->tcp_data),
@@ -178,7 +176,7 @@ static void client_switch(struct uls_conn *c, int fd)
 	uls_conn_log_path(c, fd);
 }
 
-static void broken(struct uls_conn *c, int fd, const char *what)
+void uls_conn_broken(struct uls_conn *c, int fd, const char *what)
 {
 	char names[140];
 
@@ -325,234 +323,6 @@ static int iov_window(const struct iovec *iov, int iovcnt, size_t skip, struct i
 	return k;
 }
 
-/* ---- Moving back to kernel TCP in place (docs/protocol.md, section 8) ---- */
-
-/* TCP bytes this side has put on its direction: data before its switch, and wake-ups. */
-static uint64_t tcp_sent(struct uls_conn *c)
-{
-	uint64_t n = atomic_load(&c->me->tokens_sent);
-
-	return c->role == ULS_CLIENT ? n + atomic_load(&c->me->tcp_data) : n;
-}
-
-/* TCP bytes this side has consumed from the peer's direction. */
-static uint64_t tcp_consumed(struct uls_conn *c)
-{
-	uint64_t n = atomic_load(&c->me->tokens_seen);
-
-	return c->role == ULS_SERVER ? n + atomic_load(&c->me->tcp_data) : n;
-}
-
-#define REVERT_IO_MS 5000
-
-static int wait_fd(int fd, short events, uint64_t deadline)
-{
-	struct pollfd p = {.fd = fd, .events = events};
-	uint64_t now = uls_now_ns();
-
-	if (now >= deadline)
-		return -ETIMEDOUT;
-	int r = uls_libc.poll(&p, 1, (int)((deadline - now) / 1000000) + 1);
-	return r < 0 && errno != EINTR ? -errno : 0;
-}
-
-static int send_all_tcp(int fd, const uint8_t *p, size_t len)
-{
-	uint64_t deadline = uls_now_ns() + REVERT_IO_MS * 1000000ull;
-
-	while (len > 0) {
-		ssize_t n = uls_libc.send(fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL);
-		if (n > 0) {
-			p += n;
-			len -= (size_t)n;
-		} else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-			int r = wait_fd(fd, POLLOUT, deadline);
-			if (r < 0)
-				return r;
-		} else {
-			return n < 0 ? -errno : -EPIPE;
-		}
-	}
-	return 0;
-}
-
-static int discard_tcp(int fd, uint64_t len, uint64_t *done)
-{
-	uint64_t deadline = uls_now_ns() + REVERT_IO_MS * 1000000ull;
-	char buf[4096];
-
-	while (len > 0) {
-		ssize_t n = uls_libc.recv(fd, buf, len < sizeof(buf) ? len : sizeof(buf), MSG_DONTWAIT);
-		if (n > 0) {
-			len -= (uint64_t)n;
-			*done += (uint64_t)n;
-		} else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-			int r = wait_fd(fd, POLLIN, deadline);
-			if (r < 0)
-				return r;
-		} else {
-			return n < 0 ? -errno : -EPIPE;
-		}
-	}
-	return 0;
-}
-
-static void maybe_all_kernel(struct uls_conn *c, int fd)
-{
-	if (atomic_load(&c->me->tx_reverted) && atomic_load(&c->me->rx_back))
-		uls_conn_set_kernel(c, fd, "moved back to kernel TCP");
-}
-
-/*
- * Moves this side's sending direction back to TCP. The ring bytes before ring_end count
- * (the consumer reads them from the ring); those from ring_end to the tail are sent
- * again on TCP. From now on this side sends no wake-ups: its TCP bytes are data again.
- * Caller holds the send lock.
- */
-static int tx_revert(struct uls_conn *c, int fd, uint64_t ring_end)
-{
-	uint64_t tail = atomic_load(&c->tx->sh->prod.tail);
-	uint8_t buf[16384];
-
-	if (uls_ring_dist(ring_end, tail) > c->tx->size) {
-		broken(c, fd, "ring end out of range in a revert");
-		return -EPROTO;
-	}
-	atomic_store(&c->me->revert_ring_end, ring_end);
-	atomic_store(&c->me->revert_tcp_pos, tcp_sent(c));
-	/* The consumer reads the two fields only after it sees the flag. */
-	atomic_store_explicit(&c->me->tx_reverted, 1, memory_order_seq_cst);
-	for (uint64_t pos = ring_end; pos != tail;) {
-		size_t n = tail - pos < sizeof(buf) ? (size_t)(tail - pos) : sizeof(buf);
-		struct iovec iov = {.iov_base = buf, .iov_len = n};
-		uls_ring_copy_out(c->tx, pos, &iov, 1, 0, n);
-		int r = send_all_tcp(fd, buf, n);
-		if (r < 0) {
-			broken(c, fd, "resending ring bytes on TCP failed");
-			return r;
-		}
-		pos += n;
-	}
-	maybe_all_kernel(c, fd);
-	return 0;
-}
-
-/* The peer asked for this side's bytes on TCP. Caller holds the send lock. */
-static void serve_revert_locked(struct uls_conn *c, int fd)
-{
-	if (!atomic_load(&c->peer->revert_req) || atomic_load(&c->me->tx_reverted))
-		return;
-	/* The peer stopped reading at its head: everything after it goes again on TCP. */
-	tx_revert(c, fd, atomic_load(&c->tx->sh->cons.head));
-}
-
-static void serve_revert(struct uls_conn *c, int fd)
-{
-	if (!atomic_load(&c->peer->revert_req) || atomic_load(&c->me->tx_reverted))
-		return;
-	if (uls_shmlock_try(&c->me->lock[TXL], &c->me->lock_owner[TXL])) {
-		serve_revert_locked(c, fd);
-		unlock(c, TXL);
-	}
-}
-
-/*
- * The peer sends on TCP again: once this side has read its ring up to the ring end, it
- * skips the peer's wake-up bytes and reads TCP. Caller holds the receive lock. Returns
- * 1 when the direction is back on TCP, 0 while ring bytes remain, or -errno.
- */
-static int rx_try_back(struct uls_conn *c, int fd)
-{
-	if (atomic_load(&c->me->rx_back))
-		return 1;
-	if (!atomic_load_explicit(&c->peer->tx_reverted, memory_order_acquire))
-		return 0;
-	uint64_t end = atomic_load(&c->peer->revert_ring_end);
-	uint64_t head = atomic_load(&c->rx->sh->cons.head);
-	if (head != end) {
-		if (uls_ring_dist(head, end) > c->rx->size) {
-			broken(c, fd, "ring end out of range in a revert");
-			return -ECONNRESET;
-		}
-		return 0;
-	}
-	/* A client that never switched sent nothing but data on TCP. */
-	if (c->role == ULS_SERVER && !atomic_load(&c->peer->switched)) {
-		atomic_store(&c->me->rx_back, 1);
-		maybe_all_kernel(c, fd);
-		return 1;
-	}
-	uint64_t pos = atomic_load(&c->peer->revert_tcp_pos), have = tcp_consumed(c), got = 0;
-	if (pos < have || pos - have > ((uint64_t)1 << 32)) {
-		broken(c, fd, "TCP position out of range in a revert");
-		return -ECONNRESET;
-	}
-	int r = discard_tcp(fd, pos - have, &got);
-	atomic_fetch_add(&c->me->tokens_seen, got);
-	if (r < 0)
-		return r;
-	atomic_store(&c->me->rx_back, 1);
-	maybe_all_kernel(c, fd);
-	return 1;
-}
-
-int uls_conn_revert(struct uls_conn *c, int fd, int timeout_ms)
-{
-	uint64_t deadline = uls_now_ns() + (uint64_t)timeout_ms * 1000000u;
-	int r = 0;
-
-	if (!c->seg.hdr || atomic_load(&c->path) == ULS_PATH_KERNEL)
-		return 0;
-	if (!uls_conn_hold(c))
-		return -EBADF;
-	lock(c, RXL);
-	lock(c, TXL);
-	if (c->role == ULS_SERVER && atomic_load(&c->peer->switched) &&
-	    atomic_load(&c->me->tcp_data) < atomic_load(&c->peer->switch_pos)) {
-		/* Unread TCP data would sit in front of wake-up bytes in the kernel's queue. */
-		r = -EBUSY;
-		goto out;
-	}
-	if (c->role == ULS_CLIENT && peer_attached(c) && !atomic_load(&c->me->switched) &&
-	    !(atomic_load(&c->me->state) & ULS_SIDE_TCP_SHUT))
-		client_switch(c, fd);
-	atomic_store_explicit(&c->me->revert_req, 1, memory_order_seq_cst);
-	send_token(c, fd);
-	if (!atomic_load(&c->me->tx_reverted))
-		r = tx_revert(c, fd, atomic_load(&c->tx->sh->prod.tail));
-	unlock(c, TXL);
-	if (r < 0)
-		goto out_rx;
-	/* A server that has not attached yet sees the request and declines (server_attach). */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (c->role == ULS_CLIENT && !peer_attached(c)) {
-		atomic_store(&c->me->rx_back, 1);
-		maybe_all_kernel(c, fd);
-		goto out_rx;
-	}
-	while (!atomic_load_explicit(&c->peer->tx_reverted, memory_order_acquire)) {
-		struct timespec ts = {0, 1000000};
-		if (uls_now_ns() >= deadline || atomic_load(&c->broken)) {
-			r = -ETIMEDOUT;
-			goto out_rx;
-		}
-		nanosleep(&ts, NULL);
-	}
-	r = rx_try_back(c, fd);
-	r = r == 1 ? 0 : (r < 0 ? r : -EPROTO);
-out_rx:
-	unlock(c, RXL);
-	if (r == 0)
-		uls_seg_remove(&c->seg);
-	uls_conn_unhold(c);
-	return r;
-out:
-	unlock(c, TXL);
-	unlock(c, RXL);
-	uls_conn_unhold(c);
-	return r;
-}
-
 static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, int iovcnt,
 			 size_t total, int flags)
 {
@@ -576,7 +346,7 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 		uint64_t tail = atomic_load_explicit(&c->tx->sh->prod.tail, memory_order_relaxed);
 		int64_t space = uls_ring_writable(c->tx, tail);
 		if (space < 0) {
-			broken(c, fd, "consumer position out of range");
+			uls_conn_broken(c, fd, "consumer position out of range");
 			continue;
 		}
 		if (space > 0) {
@@ -593,7 +363,7 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 		atomic_fetch_add(&c->tx_full, 1);
 		if (atomic_load(&c->peer->revert_req)) {
 			/* The reader stopped for good: the rest of this send goes on TCP. */
-			serve_revert_locked(c, fd);
+			uls_revert_serve_locked(c, fd);
 			struct iovec tmp[64];
 			struct msghdr m = {.msg_iov = tmp};
 			m.msg_iovlen = (size_t)iov_window(iov, iovcnt, done, tmp, 64);
@@ -606,9 +376,9 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 			return done ? (ssize_t)done : -EAGAIN;
 		if (atomic_load(&c->closed))
 			return done ? (ssize_t)done : -EBADF;
-		unlock(c, TXL);
+		uls_conn_unlock(c, TXL);
 		int r = wait_tx(c, fd, deadline, &backoff);
-		lock(c, TXL);
+		uls_conn_lock(c, TXL);
 		if (r < 0)
 			return done ? (ssize_t)done : r;
 	}
@@ -622,25 +392,25 @@ static ssize_t conn_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 
 	if (atomic_load(&c->shut_wr))
 		return send_epipe(c, flags);
-	lock(c, TXL);
-	serve_revert_locked(c, fd);
+	uls_conn_lock(c, TXL);
+	uls_revert_serve_locked(c, fd);
 	if (atomic_load(&c->me->tx_reverted)) {
 		/* Back on TCP: the bytes follow the resent ring bytes there. */
 		struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
 		n = uls_libc.sendmsg(fd, &m, flags);
 		n = n < 0 ? -errno : n;
-		unlock(c, TXL);
+		uls_conn_unlock(c, TXL);
 		return n;
 	}
 	if (c->role == ULS_CLIENT && !atomic_load(&c->me->switched)) {
-		if (!peer_attached(c)) {
+		if (!uls_conn_peer_attached(c)) {
 			/* Not proven yet: the bytes go on TCP, where the server will read them. */
 			struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
 			n = uls_libc.sendmsg(fd, &m, flags);
 			if (n > 0)
 				atomic_fetch_add(&c->me->tcp_data, (uint64_t)n);
 			n = n < 0 ? -errno : n;
-			unlock(c, TXL);
+			uls_conn_unlock(c, TXL);
 			if (peer_declined(c))
 				uls_conn_set_kernel(c, fd, "peer declined");
 			if (c->stat && n > 0)
@@ -648,10 +418,10 @@ static ssize_t conn_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 							  memory_order_relaxed);
 			return n;
 		}
-		client_switch(c, fd);
+		uls_conn_client_switch(c, fd);
 	}
 	n = total ? ring_send(c, fd, iov, iovcnt, total, flags) : 0;
-	unlock(c, TXL);
+	uls_conn_unlock(c, TXL);
 	if (c->stat && n > 0)
 		atomic_fetch_add_explicit(&c->stat->tx_bytes, (uint64_t)n, memory_order_relaxed);
 	return n;
@@ -690,7 +460,7 @@ static ssize_t tcp_recv_before_switch(struct uls_conn *c, int fd, struct msghdr 
 
 	if (switched) {
 		if (pos < have) {
-			broken(c, fd, "switch position behind data already read");
+			uls_conn_broken(c, fd, "switch position behind data already read");
 			return -ECONNRESET;
 		}
 		if (pos == have)
@@ -737,7 +507,7 @@ static ssize_t tcp_recv_pending(struct uls_conn *c, int fd, struct msghdr *msg, 
 		/* A server that attaches later must wake this reader through the ring. */
 		atomic_store(&c->rx->sh->cons.want_data, 1);
 		atomic_thread_fence(memory_order_seq_cst);
-		if (peer_attached(c))
+		if (uls_conn_peer_attached(c))
 			return -EALREADY;
 		n = uls_libc.recvmsg(fd, msg, (flags & ~MSG_WAITALL) | MSG_DONTWAIT);
 		if (n >= 0 || errno != EAGAIN || nonblock)
@@ -749,7 +519,7 @@ static ssize_t tcp_recv_pending(struct uls_conn *c, int fd, struct msghdr *msg, 
 	}
 	if (n < 0)
 		return -errno;
-	if (!peer_attached(c)) {
+	if (!uls_conn_peer_attached(c)) {
 		/* A ulsock server attaches before it sends anything: this peer never will. */
 		if (n > 0 || !peer_declined(c))
 			uls_conn_set_kernel(c, fd, peer_declined(c) ? "peer declined"
@@ -776,7 +546,7 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 		uint64_t head = atomic_load_explicit(&c->rx->sh->cons.head, memory_order_relaxed);
 		int64_t avail = uls_ring_readable(c->rx, head);
 		if (avail < 0) {
-			broken(c, fd, "producer position out of range");
+			uls_conn_broken(c, fd, "producer position out of range");
 			return -ECONNRESET;
 		}
 		if (avail > 0) {
@@ -793,7 +563,7 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 		}
 		if (atomic_load(&c->broken))
 			return -ECONNRESET;
-		int back = rx_try_back(c, fd);
+		int back = uls_revert_rx_back(c, fd);
 		if (back != 0)
 			return back < 0 ? back : -EALREADY;
 		if ((atomic_load(&c->peer->state) & ULS_SIDE_RESET) &&
@@ -815,9 +585,9 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 			return -EBADF;
 		if (nonblock)
 			return -EAGAIN;
-		unlock(c, RXL);
+		uls_conn_unlock(c, RXL);
 		int r = wait_rx(c, fd, deadline_of(c->rcvtimeo_ns));
-		lock(c, RXL);
+		uls_conn_lock(c, RXL);
 		if (r < 0)
 			return r;
 	}
@@ -840,7 +610,7 @@ static ssize_t conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 		return 0;
 	if (total == 0)
 		return 0;
-	lock(c, RXL);
+	uls_conn_lock(c, RXL);
 	for (;;) {
 		struct msghdr m = *msg;
 		if (done) {
@@ -848,11 +618,11 @@ static ssize_t conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 			m.msg_iovlen = (size_t)iov_window(msg->msg_iov, (int)msg->msg_iovlen, done, tmp,
 							  64);
 		}
-		serve_revert(c, fd);
+		uls_revert_serve(c, fd);
 		if (atomic_load(&c->me->rx_back)) {
 			n = uls_libc.recvmsg(fd, &m, flags);
 			n = n < 0 ? -errno : n;
-		} else if (c->role == ULS_CLIENT && !peer_attached(c)) {
+		} else if (c->role == ULS_CLIENT && !uls_conn_peer_attached(c)) {
 			n = tcp_recv_pending(c, fd, &m, flags, nonblock);
 		} else if (c->role == ULS_SERVER && !rx_token_zone(c)) {
 			n = tcp_recv_before_switch(c, fd, &m, flags, total - done, nonblock);
@@ -867,8 +637,8 @@ static ssize_t conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 				/* Switch now, so this side can send wake-ups for the ring. */
 				if (!atomic_load(&c->me->switched) &&
 				    !(atomic_load(&c->me->state) & ULS_SIDE_TCP_SHUT))
-					client_switch(c, fd);
-				unlock(c, TXL);
+					uls_conn_client_switch(c, fd);
+				uls_conn_unlock(c, TXL);
 			}
 			n = ring_recv(c, fd, &m, flags, total - done, nonblock);
 		}
@@ -881,7 +651,7 @@ static ssize_t conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 		}
 		break;
 	}
-	unlock(c, RXL);
+	uls_conn_unlock(c, RXL);
 	if (done)
 		n = (ssize_t)done;
 	if (c->stat && n > 0 && !(flags & MSG_PEEK))
@@ -918,22 +688,22 @@ int uls_conn_shutdown(struct uls_conn *c, int fd, int how)
 	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
 		return -EINVAL;
 	if (how != SHUT_RD) {
-		lock(c, TXL);
-		if (c->role == ULS_CLIENT && !atomic_load(&c->me->switched) && peer_attached(c) &&
+		uls_conn_lock(c, TXL);
+		if (c->role == ULS_CLIENT && !atomic_load(&c->me->switched) && uls_conn_peer_attached(c) &&
 		    !(atomic_load(&c->me->state) & ULS_SIDE_TCP_SHUT))
-			client_switch(c, fd);
+			uls_conn_client_switch(c, fd);
 		if (c->role == ULS_CLIENT && !atomic_load(&c->me->switched)) {
 			/* Still on TCP: the server reads the end of the stream there. */
 			atomic_fetch_or(&c->me->state, ULS_SIDE_TCP_SHUT);
 			int r = uls_libc.shutdown(fd, SHUT_WR);
-			unlock(c, TXL);
+			uls_conn_unlock(c, TXL);
 			if (r < 0)
 				return -errno;
 		} else {
 			atomic_store(&c->tx->sh->prod.eof, 1);
-			unlock(c, TXL);
+			uls_conn_unlock(c, TXL);
 			atomic_thread_fence(memory_order_seq_cst);
-			send_token(c, fd);
+			uls_conn_send_token(c, fd);
 		}
 		atomic_store(&c->shut_wr, 1);
 	}
@@ -960,7 +730,7 @@ int uls_conn_kernel_parts(struct uls_conn *c)
 		return (atomic_load(&c->me->rx_back) ? ULS_KERNEL_RX : 0) |
 		       (atomic_load(&c->me->tx_reverted) ? ULS_KERNEL_TX : 0);
 	if (c->role == ULS_CLIENT)
-		return peer_attached(c) ? 0 : ULS_KERNEL_RX | ULS_KERNEL_TX;
+		return uls_conn_peer_attached(c) ? 0 : ULS_KERNEL_RX | ULS_KERNEL_TX;
 	return rx_token_zone(c) ? 0 : ULS_KERNEL_RX;
 }
 

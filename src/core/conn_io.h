@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Internal to the connection code: what conn_io.c (the data path) and revert.c (moving
+ * back to kernel TCP) share. Not for the preload layer.
+ */
+#ifndef ULS_CONN_IO_H
+#define ULS_CONN_IO_H
+
+#include "conn.h"
+
+enum { TXL = 0, RXL = 1 }; /* the side's send and receive locks */
+
+void uls_conn_lock(struct uls_conn *c, int which);
+void uls_conn_unlock(struct uls_conn *c, int which);
+int uls_conn_peer_attached(struct uls_conn *c);
+void uls_conn_send_token(struct uls_conn *c, int fd);
+/* The client moves its sending direction onto the ring. Caller holds the send lock. */
+void uls_conn_client_switch(struct uls_conn *c, int fd);
+void uls_conn_broken(struct uls_conn *c, int fd, const char *what);
+
+/* The peer asked for this side's bytes on TCP (revert.c). */
+void uls_revert_serve(struct uls_conn *c, int fd);
+void uls_revert_serve_locked(struct uls_conn *c, int fd); /* caller holds the send lock */
+/* 1 when the receiving direction is back on TCP, 0 while ring bytes remain, or -errno. */
+int uls_revert_rx_back(struct uls_conn *c, int fd);
+
+#endif

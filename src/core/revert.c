@@ -1,0 +1,244 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Moving an accelerated connection back to plain kernel TCP in place, with the peer's
+ * cooperation: docs/protocol.md, section 8. The leaving side asks and reverts its sending
+ * direction; the peer, in any of its calls on the connection, reverts its own and sends
+ * the ring bytes the leaving side had not read again on TCP.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <time.h>
+
+#include "conn.h"
+#include "conn_io.h"
+#include "cpu.h"
+#include "shmlock.h"
+#include "../preload/libc.h"
+
+
+/* TCP bytes this side has put on its direction: data before its switch, and wake-ups. */
+static uint64_t tcp_sent(struct uls_conn *c)
+{
+	uint64_t n = atomic_load(&c->me->tokens_sent);
+
+	return c->role == ULS_CLIENT ? n + atomic_load(&c->me->tcp_data) : n;
+}
+
+/* TCP bytes this side has consumed from the peer's direction. */
+static uint64_t tcp_consumed(struct uls_conn *c)
+{
+	uint64_t n = atomic_load(&c->me->tokens_seen);
+
+	return c->role == ULS_SERVER ? n + atomic_load(&c->me->tcp_data) : n;
+}
+
+#define REVERT_IO_MS 5000
+
+static int wait_fd(int fd, short events, uint64_t deadline)
+{
+	struct pollfd p = {.fd = fd, .events = events};
+	uint64_t now = uls_now_ns();
+
+	if (now >= deadline)
+		return -ETIMEDOUT;
+	int r = uls_libc.poll(&p, 1, (int)((deadline - now) / 1000000) + 1);
+	return r < 0 && errno != EINTR ? -errno : 0;
+}
+
+static int send_all_tcp(int fd, const uint8_t *p, size_t len)
+{
+	uint64_t deadline = uls_now_ns() + REVERT_IO_MS * 1000000ull;
+
+	while (len > 0) {
+		ssize_t n = uls_libc.send(fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n > 0) {
+			p += n;
+			len -= (size_t)n;
+		} else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+			int r = wait_fd(fd, POLLOUT, deadline);
+			if (r < 0)
+				return r;
+		} else {
+			return n < 0 ? -errno : -EPIPE;
+		}
+	}
+	return 0;
+}
+
+static int discard_tcp(int fd, uint64_t len, uint64_t *done)
+{
+	uint64_t deadline = uls_now_ns() + REVERT_IO_MS * 1000000ull;
+	char buf[4096];
+
+	while (len > 0) {
+		ssize_t n = uls_libc.recv(fd, buf, len < sizeof(buf) ? len : sizeof(buf), MSG_DONTWAIT);
+		if (n > 0) {
+			len -= (uint64_t)n;
+			*done += (uint64_t)n;
+		} else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+			int r = wait_fd(fd, POLLIN, deadline);
+			if (r < 0)
+				return r;
+		} else {
+			return n < 0 ? -errno : -EPIPE;
+		}
+	}
+	return 0;
+}
+
+static void maybe_all_kernel(struct uls_conn *c, int fd)
+{
+	if (atomic_load(&c->me->tx_reverted) && atomic_load(&c->me->rx_back))
+		uls_conn_set_kernel(c, fd, "moved back to kernel TCP");
+}
+
+/*
+ * Moves this side's sending direction back to TCP. The ring bytes before ring_end count
+ * (the consumer reads them from the ring); those from ring_end to the tail are sent
+ * again on TCP. From now on this side sends no wake-ups: its TCP bytes are data again.
+ * Caller holds the send lock.
+ */
+static int tx_revert(struct uls_conn *c, int fd, uint64_t ring_end)
+{
+	uint64_t tail = atomic_load(&c->tx->sh->prod.tail);
+	uint8_t buf[16384];
+
+	if (uls_ring_dist(ring_end, tail) > c->tx->size) {
+		uls_conn_broken(c, fd, "ring end out of range in a revert");
+		return -EPROTO;
+	}
+	atomic_store(&c->me->revert_ring_end, ring_end);
+	atomic_store(&c->me->revert_tcp_pos, tcp_sent(c));
+	/* The consumer reads the two fields only after it sees the flag. */
+	atomic_store_explicit(&c->me->tx_reverted, 1, memory_order_seq_cst);
+	for (uint64_t pos = ring_end; pos != tail;) {
+		size_t n = tail - pos < sizeof(buf) ? (size_t)(tail - pos) : sizeof(buf);
+		struct iovec iov = {.iov_base = buf, .iov_len = n};
+		uls_ring_copy_out(c->tx, pos, &iov, 1, 0, n);
+		int r = send_all_tcp(fd, buf, n);
+		if (r < 0) {
+			uls_conn_broken(c, fd, "resending ring bytes on TCP failed");
+			return r;
+		}
+		pos += n;
+	}
+	maybe_all_kernel(c, fd);
+	return 0;
+}
+
+/* The peer asked for this side's bytes on TCP. Caller holds the send lock. */
+void uls_revert_serve_locked(struct uls_conn *c, int fd)
+{
+	if (!atomic_load(&c->peer->revert_req) || atomic_load(&c->me->tx_reverted))
+		return;
+	/* The peer stopped reading at its head: everything after it goes again on TCP. */
+	tx_revert(c, fd, atomic_load(&c->tx->sh->cons.head));
+}
+
+void uls_revert_serve(struct uls_conn *c, int fd)
+{
+	if (!atomic_load(&c->peer->revert_req) || atomic_load(&c->me->tx_reverted))
+		return;
+	if (uls_shmlock_try(&c->me->lock[TXL], &c->me->lock_owner[TXL])) {
+		uls_revert_serve_locked(c, fd);
+		uls_conn_unlock(c, TXL);
+	}
+}
+
+/*
+ * The peer sends on TCP again: once this side has read its ring up to the ring end, it
+ * skips the peer's wake-up bytes and reads TCP. Caller holds the receive lock. Returns
+ * 1 when the direction is back on TCP, 0 while ring bytes remain, or -errno.
+ */
+int uls_revert_rx_back(struct uls_conn *c, int fd)
+{
+	if (atomic_load(&c->me->rx_back))
+		return 1;
+	if (!atomic_load_explicit(&c->peer->tx_reverted, memory_order_acquire))
+		return 0;
+	uint64_t end = atomic_load(&c->peer->revert_ring_end);
+	uint64_t head = atomic_load(&c->rx->sh->cons.head);
+	if (head != end) {
+		if (uls_ring_dist(head, end) > c->rx->size) {
+			uls_conn_broken(c, fd, "ring end out of range in a revert");
+			return -ECONNRESET;
+		}
+		return 0;
+	}
+	/* A client that never switched sent nothing but data on TCP. */
+	if (c->role == ULS_SERVER && !atomic_load(&c->peer->switched)) {
+		atomic_store(&c->me->rx_back, 1);
+		maybe_all_kernel(c, fd);
+		return 1;
+	}
+	uint64_t pos = atomic_load(&c->peer->revert_tcp_pos), have = tcp_consumed(c), got = 0;
+	if (pos < have || pos - have > ((uint64_t)1 << 32)) {
+		uls_conn_broken(c, fd, "TCP position out of range in a revert");
+		return -ECONNRESET;
+	}
+	int r = discard_tcp(fd, pos - have, &got);
+	atomic_fetch_add(&c->me->tokens_seen, got);
+	if (r < 0)
+		return r;
+	atomic_store(&c->me->rx_back, 1);
+	maybe_all_kernel(c, fd);
+	return 1;
+}
+
+int uls_conn_revert(struct uls_conn *c, int fd, int timeout_ms)
+{
+	uint64_t deadline = uls_now_ns() + (uint64_t)timeout_ms * 1000000u;
+	int r = 0;
+
+	if (!c->seg.hdr || atomic_load(&c->path) == ULS_PATH_KERNEL)
+		return 0;
+	if (!uls_conn_hold(c))
+		return -EBADF;
+	uls_conn_lock(c, RXL);
+	uls_conn_lock(c, TXL);
+	if (c->role == ULS_SERVER && atomic_load(&c->peer->switched) &&
+	    atomic_load(&c->me->tcp_data) < atomic_load(&c->peer->switch_pos)) {
+		/* Unread TCP data would sit in front of wake-up bytes in the kernel's queue. */
+		r = -EBUSY;
+		goto out;
+	}
+	if (c->role == ULS_CLIENT && uls_conn_peer_attached(c) && !atomic_load(&c->me->switched) &&
+	    !(atomic_load(&c->me->state) & ULS_SIDE_TCP_SHUT))
+		uls_conn_client_switch(c, fd);
+	atomic_store_explicit(&c->me->revert_req, 1, memory_order_seq_cst);
+	uls_conn_send_token(c, fd);
+	if (!atomic_load(&c->me->tx_reverted))
+		r = tx_revert(c, fd, atomic_load(&c->tx->sh->prod.tail));
+	uls_conn_unlock(c, TXL);
+	if (r < 0)
+		goto out_rx;
+	/* A server that has not attached yet sees the request and declines (server_attach). */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (c->role == ULS_CLIENT && !uls_conn_peer_attached(c)) {
+		atomic_store(&c->me->rx_back, 1);
+		maybe_all_kernel(c, fd);
+		goto out_rx;
+	}
+	while (!atomic_load_explicit(&c->peer->tx_reverted, memory_order_acquire)) {
+		struct timespec ts = {0, 1000000};
+		if (uls_now_ns() >= deadline || atomic_load(&c->broken)) {
+			r = -ETIMEDOUT;
+			goto out_rx;
+		}
+		nanosleep(&ts, NULL);
+	}
+	r = uls_revert_rx_back(c, fd);
+	r = r == 1 ? 0 : (r < 0 ? r : -EPROTO);
+out_rx:
+	uls_conn_unlock(c, RXL);
+	if (r == 0)
+		uls_seg_remove(&c->seg);
+	uls_conn_unhold(c);
+	return r;
+out:
+	uls_conn_unlock(c, TXL);
+	uls_conn_unlock(c, RXL);
+	uls_conn_unhold(c);
+	return r;
+}
