@@ -39,8 +39,9 @@ struct uls_conn {
 	_Atomic int shut_rd, shut_wr;
 	_Atomic int linger_reset; /* SO_LINGER {1, 0}: close resets the connection */
 	_Atomic int reset_seen;   /* ECONNRESET was reported once; EOF from then on */
-	_Atomic int epipe;
-	_Atomic uint64_t tx_full; /* times a send found the ring full (EPOLLOUT edges) */        /* a send failed with EPIPE: poll reports POLLERR|POLLHUP */
+	_Atomic int epipe; /* a send failed with EPIPE: poll reports POLLERR|POLLHUP */
+	_Atomic uint64_t tx_full; /* times a send found the ring full (EPOLLOUT edges) */
+	uint64_t tx_head_seen;    /* the consumer's head as last read (send lock) */
 	uint64_t rcvtimeo_ns, sndtimeo_ns; /* 0: none */
 	struct uls_seg seg;
 	struct uls_ring *tx, *rx;

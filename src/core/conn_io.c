@@ -23,6 +23,7 @@
 #include "conn_io.h"
 #include "config.h"
 #include "cpu.h"
+#include "fence.h"
 #include "log.h"
 #include "shmlock.h"
 #include "../preload/libc.h"
@@ -78,7 +79,7 @@ void uls_conn_send_token(struct uls_conn *c, int fd)
 /* Producer: after publishing tail, wake a consumer that announced it sleeps. */
 static void wake_consumer(struct uls_conn *c, int fd)
 {
-	atomic_thread_fence(memory_order_seq_cst);
+	uls_fence_light(atomic_load_explicit(&c->peer->heavy_fence, memory_order_relaxed));
 	if (atomic_load_explicit(&c->tx->sh->cons.want_data, memory_order_relaxed) &&
 	    atomic_exchange(&c->tx->sh->cons.want_data, 0))
 		uls_conn_send_token(c, fd);
@@ -87,7 +88,7 @@ static void wake_consumer(struct uls_conn *c, int fd)
 /* Consumer: after publishing head, wake a producer that waits for space. */
 static void wake_producer(struct uls_conn *c, int fd)
 {
-	atomic_thread_fence(memory_order_seq_cst);
+	uls_fence_light(atomic_load_explicit(&c->peer->heavy_fence, memory_order_relaxed));
 	if (atomic_load_explicit(&c->rx->sh->prod.want_space, memory_order_relaxed) &&
 	    atomic_exchange(&c->rx->sh->prod.want_space, 0))
 		uls_conn_send_token(c, fd);
@@ -260,10 +261,10 @@ static int wait_rx(struct uls_conn *c, int fd, uint64_t deadline)
 	if (spin_until(c, rx_ready))
 		return 0;
 	atomic_store(&c->rx->sh->cons.want_data, 1);
-	atomic_thread_fence(memory_order_seq_cst);
+	int bound = uls_fence_heavy(&c->me->heavy_fence) ? max_sleep_ms(c) : 10;
 	if (rx_ready(c))
 		return 0;
-	return uls_wait(c, fd, deadline, 1, max_sleep_ms(c));
+	return uls_wait(c, fd, deadline, 1, bound);
 }
 
 /* Sleeps until the send ring may have space. Returns 0, -EINTR or -EAGAIN (timeout). */
@@ -272,7 +273,7 @@ static int wait_tx(struct uls_conn *c, int fd, uint64_t deadline, int *backoff_m
 	if (spin_until(c, tx_ready))
 		return 0;
 	atomic_store(&c->tx->sh->prod.want_space, 1);
-	atomic_thread_fence(memory_order_seq_cst);
+	int bound = uls_fence_heavy(&c->me->heavy_fence) ? max_sleep_ms(c) : 10;
 	if (tx_ready(c))
 		return 0;
 	if (!rx_token_zone(c) || atomic_load(&c->shut_rd)) {
@@ -293,7 +294,20 @@ static int wait_tx(struct uls_conn *c, int fd, uint64_t deadline, int *backoff_m
 			note_peer_end(c, 0);
 		return 0;
 	}
-	return uls_wait(c, fd, deadline, 1, max_sleep_ms(c));
+	return uls_wait(c, fd, deadline, 1, bound);
+}
+
+/*
+ * Counts bytes for `ulsock stat`. The caller holds the direction's lock, which every
+ * thread of this process that counts there takes too, so a plain add cannot lose one.
+ */
+static void stat_add(_Atomic uint64_t *counter, ssize_t n)
+{
+	if (!counter || n <= 0)
+		return;
+	atomic_store_explicit(counter,
+			      atomic_load_explicit(counter, memory_order_relaxed) + (uint64_t)n,
+			      memory_order_relaxed);
 }
 
 static ssize_t send_epipe(struct uls_conn *c, int flags)
@@ -344,7 +358,7 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 			return done ? (ssize_t)done : send_epipe(c, flags);
 		}
 		uint64_t tail = atomic_load_explicit(&c->tx->sh->prod.tail, memory_order_relaxed);
-		int64_t space = uls_ring_writable(c->tx, tail);
+		int64_t space = uls_ring_space_cached(c->tx, tail, &c->tx_head_seen, total - done);
 		if (space < 0) {
 			uls_conn_broken(c, fd, "consumer position out of range");
 			continue;
@@ -410,20 +424,17 @@ static ssize_t conn_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 			if (n > 0)
 				atomic_fetch_add(&c->me->tcp_data, (uint64_t)n);
 			n = n < 0 ? -errno : n;
+			stat_add(c->stat ? &c->stat->tx_bytes : NULL, n);
 			uls_conn_unlock(c, TXL);
 			if (peer_declined(c))
 				uls_conn_set_kernel(c, fd, "peer declined");
-			if (c->stat && n > 0)
-				atomic_fetch_add_explicit(&c->stat->tx_bytes, (uint64_t)n,
-							  memory_order_relaxed);
 			return n;
 		}
 		uls_conn_client_switch(c, fd);
 	}
 	n = total ? ring_send(c, fd, iov, iovcnt, total, flags) : 0;
+	stat_add(c->stat ? &c->stat->tx_bytes : NULL, n);
 	uls_conn_unlock(c, TXL);
-	if (c->stat && n > 0)
-		atomic_fetch_add_explicit(&c->stat->tx_bytes, (uint64_t)n, memory_order_relaxed);
 	return n;
 }
 
@@ -468,8 +479,15 @@ static ssize_t tcp_recv_before_switch(struct uls_conn *c, int fd, struct msghdr 
 		if (pos - have < limit)
 			limit = (size_t)(pos - have);
 	}
-	if (!switched && !nonblock)
+	if (!switched && !nonblock) {
+		/* A client switching now sees the flag and wakes this reader, or this side
+		 * sees the switch: never both miss (the blocking recvmsg below would wait for
+		 * TCP data that went to the ring). */
 		atomic_store(&c->rx->sh->cons.want_data, 1);
+		uls_fence_heavy(&c->me->heavy_fence);
+		if (atomic_load_explicit(&c->peer->switched, memory_order_acquire))
+			return -EALREADY;
+	}
 	m.msg_iov = tmp;
 	m.msg_iovlen = (size_t)iov_truncate(msg->msg_iov, (int)msg->msg_iovlen, limit, tmp, 64);
 	/* MSG_WAITALL is ulsock's to apply: the kernel would wait for wake-up bytes too. */
@@ -506,7 +524,7 @@ static ssize_t tcp_recv_pending(struct uls_conn *c, int fd, struct msghdr *msg, 
 	for (;;) {
 		/* A server that attaches later must wake this reader through the ring. */
 		atomic_store(&c->rx->sh->cons.want_data, 1);
-		atomic_thread_fence(memory_order_seq_cst);
+		uls_fence_heavy(&c->me->heavy_fence);
 		if (uls_conn_peer_attached(c))
 			return -EALREADY;
 		n = uls_libc.recvmsg(fd, msg, (flags & ~MSG_WAITALL) | MSG_DONTWAIT);
@@ -651,11 +669,11 @@ static ssize_t conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 		}
 		break;
 	}
-	uls_conn_unlock(c, RXL);
 	if (done)
 		n = (ssize_t)done;
-	if (c->stat && n > 0 && !(flags & MSG_PEEK))
-		atomic_fetch_add_explicit(&c->stat->rx_bytes, (uint64_t)n, memory_order_relaxed);
+	if (!(flags & MSG_PEEK))
+		stat_add(c->stat ? &c->stat->rx_bytes : NULL, n);
+	uls_conn_unlock(c, RXL);
 	return n;
 }
 
@@ -770,7 +788,10 @@ void uls_conn_arm(struct uls_conn *c, int events)
 		atomic_store(&c->rx->sh->cons.want_data, 1);
 	if ((events & POLLOUT) && !(parts & ULS_KERNEL_TX))
 		atomic_store(&c->tx->sh->prod.want_space, 1);
-	atomic_thread_fence(memory_order_seq_cst);
+	if (c->seg.hdr)
+		uls_fence_heavy(&c->me->heavy_fence);
+	else
+		atomic_thread_fence(memory_order_seq_cst);
 }
 
 uint64_t uls_conn_gen(struct uls_conn *c, int events)

@@ -34,6 +34,22 @@ int64_t uls_ring_writable(const struct uls_ring *r, uint64_t tail)
 	return (int64_t)(r->size - used);
 }
 
+int64_t uls_ring_space_cached(const struct uls_ring *r, uint64_t tail, uint64_t *seen,
+			      uint64_t want)
+{
+	uint64_t used = uls_ring_dist(*seen, tail);
+
+	if (used <= r->size && r->size - used >= want)
+		return (int64_t)(r->size - used);
+	/* Acquire, as in uls_ring_writable. */
+	uint64_t head = atomic_load_explicit(&r->sh->cons.head, memory_order_acquire);
+	used = uls_ring_dist(head, tail);
+	if (used > r->size)
+		return -EPROTO;
+	*seen = head;
+	return (int64_t)(r->size - used);
+}
+
 /* Calls fn on each contiguous piece of [pos, pos + len) in the ring. */
 #define RING_SPANS(r, pos, len, fn)                                                        \
 	do {                                                                               \

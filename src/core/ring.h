@@ -19,28 +19,34 @@
 
 #define ULS_CACHELINE 64
 
-/* Written only by the producer. */
+/*
+ * Written only by the producer. The position has a line of its own: the consumer reads it
+ * all the time, the flags rarely, and the producer reads the consumer's flags on every
+ * send, which must not miss the cache each time the consumer moves its position.
+ */
 struct uls_ring_prod {
 	_Alignas(ULS_CACHELINE) _Atomic uint64_t tail; /* bytes ever published */
-	_Atomic uint32_t eof;        /* 1: the producer will publish nothing after tail */
+	uint8_t pad0[ULS_CACHELINE - 8];
+	_Alignas(ULS_CACHELINE) _Atomic uint32_t eof; /* 1: nothing will follow tail */
 	_Atomic uint32_t want_space; /* 1: the producer sleeps until head moves */
-	uint8_t pad[ULS_CACHELINE - 16];
+	uint8_t pad1[ULS_CACHELINE - 8];
 };
 
 /* Written only by the consumer (want_data is also cleared by the producer). */
 struct uls_ring_cons {
 	_Alignas(ULS_CACHELINE) _Atomic uint64_t head; /* bytes ever consumed */
-	_Atomic uint32_t want_data; /* 1: the consumer sleeps until tail moves */
-	_Atomic uint32_t closed;    /* 1: the consumer will never read again */
-	uint8_t pad[ULS_CACHELINE - 16];
+	uint8_t pad0[ULS_CACHELINE - 8];
+	_Alignas(ULS_CACHELINE) _Atomic uint32_t want_data; /* 1: the consumer sleeps */
+	_Atomic uint32_t closed; /* 1: the consumer will never read again */
+	uint8_t pad1[ULS_CACHELINE - 8];
 };
 
 struct uls_ring_shared {
 	struct uls_ring_prod prod;
 	struct uls_ring_cons cons;
 };
-_Static_assert(sizeof(struct uls_ring_prod) == ULS_CACHELINE, "prod line");
-_Static_assert(sizeof(struct uls_ring_shared) == 2 * ULS_CACHELINE, "ring header");
+_Static_assert(sizeof(struct uls_ring_prod) == 2 * ULS_CACHELINE, "prod lines");
+_Static_assert(sizeof(struct uls_ring_shared) == 4 * ULS_CACHELINE, "ring header");
 
 /* Process-local view of one ring: trusted. */
 struct uls_ring {
@@ -75,6 +81,15 @@ int64_t uls_ring_readable(const struct uls_ring *r, uint64_t head);
 
 /* Producer side: free bytes at `tail`, or -EPROTO when the consumer's head is impossible. */
 int64_t uls_ring_writable(const struct uls_ring *r, uint64_t tail);
+
+/*
+ * Producer side with the consumer's head cached in *seen: free bytes at `tail`. The shared
+ * head (a line the consumer keeps writing) is read again only when the cached one leaves
+ * fewer than `want` bytes. A cached head is never ahead of the real one, so the answer is
+ * never more than the truth.
+ */
+int64_t uls_ring_space_cached(const struct uls_ring *r, uint64_t tail, uint64_t *seen,
+			      uint64_t want);
 
 /* Copies `len` bytes at position `pos` out of the ring into an iovec array, skipping `skip`
  * bytes of the iovecs first. The caller has checked len against uls_ring_readable. */

@@ -6,6 +6,7 @@
 #include "../core/config.h"
 #include "../core/conn.h"
 #include "../core/fdtable.h"
+#include "../core/fence.h"
 #include "../core/log.h"
 #include "../core/stat.h"
 #include "../transport/shm/segment.h"
@@ -16,6 +17,7 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static void atfork_child(void)
 {
 	uls_config_atfork_child();
+	uls_fence_init();
 	uls_conn_atfork_child();
 }
 
@@ -31,6 +33,7 @@ static void do_init(void)
 	uls_log_open();
 	if (uls_fdtable_init() < 0)
 		uls_cfg.disabled = 1;
+	uls_fence_init();
 	pthread_atfork(atfork_prepare, NULL, atfork_child);
 	if (!uls_cfg.disabled) {
 		uls_seg_sweep();

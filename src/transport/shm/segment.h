@@ -19,7 +19,7 @@
 #include "../../core/ring.h"
 
 #define ULS_SEG_MAGIC 0x0031474553534c55ULL /* "ULSSEG1" */
-#define ULS_SEG_VERSION 1u
+#define ULS_SEG_VERSION 2u
 #define ULS_SEG_HDR_SIZE 4096u
 
 enum { ULS_CLIENT = 0, ULS_SERVER = 1 };
@@ -68,7 +68,9 @@ struct uls_side {
 	_Atomic uint64_t tokens_sent; /* wake-up bytes this side put on its TCP direction */
 	uint8_t pad2[ULS_CACHELINE - 56];
 	/* Line 2: written rarely (wake-ups drained, a revert), read by the peer. */
-	_Alignas(ULS_CACHELINE) uint64_t reserved[2];
+	_Alignas(ULS_CACHELINE) _Atomic uint32_t heavy_fence; /* sleepers use membarrier (fence.h) */
+	uint32_t reserved0;
+	uint64_t reserved1;
 	_Atomic uint64_t tokens_seen; /* wake-up bytes consumed from the peer */
 	/* Moving the connection back to kernel TCP in place (docs/protocol.md, section 8). */
 	_Atomic uint32_t revert_req;  /* this side asks the peer to send on TCP again */
