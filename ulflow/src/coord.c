@@ -9,8 +9,9 @@
 #include "runtime.h"
 #include "wire.h"
 
-#include <errno.h>
 #include <endian.h>
+#include <errno.h>
+#include <stdbool.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,48 @@ static int gather(struct ulf_coord *c, int64_t deadline)
 	return 0;
 }
 
+static bool derived(const char *msg)
+{
+	return strstr(msg, "Broken pipe") || strstr(msg, "Connection reset");
+}
+
+/*
+ * A failing filter's process exits, and its peers then fail too, on a broken stream.
+ * Whichever ERROR arrives first, give the others 500 ms and report the root cause: the
+ * first one that is not a lost connection.
+ */
+static void report_root_cause(struct ulf_coord *c, char *first)
+{
+	struct pollfd pf[ULF_MAX_PROCS];
+	int64_t until = ulf_now_ms() + 500;
+
+	while (derived(first) && ulf_now_ms() < until) {
+		for (int r = 0; r < c->l->nprocs; r++)
+			pf[r] = (struct pollfd){ .fd = c->fds[r], .events = POLLIN };
+		if (poll(pf, (nfds_t)c->l->nprocs, (int)(until - ulf_now_ms())) <= 0)
+			break;
+		for (int r = 0; r < c->l->nprocs; r++) {
+			char msg[512];
+			unsigned type;
+			uint64_t tag;
+			uint32_t len;
+			if (!pf[r].revents)
+				continue;
+			if (ulf_wire_recv(c->fds[r], &type, &tag, msg, sizeof(msg) - 1, &len) < 0) {
+				close(c->fds[r]);
+				c->fds[r] = -1;
+				continue;
+			}
+			msg[len] = '\0';
+			if (type == ULF_F_ERROR && !derived(msg)) {
+				memcpy(first, msg, len + 1);
+				break;
+			}
+		}
+	}
+	ulf_die_msg("%s", first);
+}
+
 /* Waits for one frame of type want from every rank; an ERROR or a loss aborts. */
 static int wait_all(struct ulf_coord *c, unsigned want, uint64_t uow)
 {
@@ -111,7 +154,7 @@ static int wait_all(struct ulf_coord *c, unsigned want, uint64_t uow)
 			}
 			if (type == ULF_F_ERROR) {
 				msg[len] = '\0';
-				ulf_die_msg("%s", msg);
+				report_root_cause(c, msg);
 				return -ECANCELED;
 			}
 			if (type != want || (want == ULF_F_DONE && tag != uow)) {

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,12 +60,20 @@ static unsigned read_port(int fd, int64_t deadline)
 	return n > 0 ? (unsigned)strtoul(buf, NULL, 10) : 0;
 }
 
-static void stop_group(pid_t pgid, int nleft, pid_t *pids, int n)
+/*
+ * Stops the group: after grace_ms (the coordinator is aborting the others and naming the
+ * root cause) SIGTERM, 2 s later SIGKILL; returns once every child is reaped.
+ */
+static void stop_group(pid_t pgid, int nleft, pid_t *pids, int n, int grace_ms)
 {
-	int64_t until = ulf_now_ms() + 2000;
+	int64_t term = ulf_now_ms() + grace_ms, until = term + 2000;
+	bool termed = false;
 
-	kill(-pgid, SIGTERM);
 	while (nleft > 0) {
+		if (!termed && ulf_now_ms() >= term) {
+			kill(-pgid, SIGTERM);
+			termed = true;
+		}
 		int st;
 		pid_t p = waitpid(-1, &st, WNOHANG);
 		if (p > 0) {
@@ -110,7 +119,7 @@ static int supervise(const struct ulf_layout *l, pid_t *pids, pid_t pgid, int64_
 			if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
 				continue;
 			describe(l, r, st);
-			stop_group(pgid, nleft, pids, l->nprocs);
+			stop_group(pgid, nleft, pids, l->nprocs, 1000);
 			return 1;
 		}
 		if (stop_signal || (until && ulf_now_ms() > until)) {
@@ -118,7 +127,7 @@ static int supervise(const struct ulf_layout *l, pid_t *pids, pid_t pgid, int64_
 				fprintf(stderr, "ulflow: signal %d: stopping the group\n", stop_signal);
 			else
 				fprintf(stderr, "ulflow: time limit reached: stopping the group\n");
-			stop_group(pgid, nleft, pids, l->nprocs);
+			stop_group(pgid, nleft, pids, l->nprocs, 0);
 			return 1;
 		}
 		usleep(5000);
@@ -149,7 +158,7 @@ int ulf_launch(const char *layout_path, const struct ulf_layout *l, double timeo
 	if (port == 0) {
 		fprintf(stderr, "ulflow: process %s (rank 0) did not start its coordinator\n",
 			l->procs[0].name);
-		stop_group(pids[0], 1, pids, 1);
+		stop_group(pids[0], 1, pids, 1, 0);
 		return 1;
 	}
 	for (int r = 1; r < l->nprocs; r++) {
