@@ -39,7 +39,7 @@ deps:
 # set of pytest files is unchanged (tests/CMakeLists.txt globs them at configure time, so
 # a new test_*.py needs a new configure to become a ctest test).
 define configure
-	@list=$$(ls tests/*/test_*.py 2>/dev/null | sort); \
+	@list=$$(ls tests/*/test_*.py ulflow/tests/test_*.py 2>/dev/null | sort); \
 	if [ ! -f $(1)/build.ninja ] || [ "$$list" != "$$(cat $(1)/.pytest-files 2>/dev/null)" ]; then \
 		echo "configuring $(1)"; \
 		cmake -S . -B $(1) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(2) $(CMAKE_ARGS) && \
