@@ -26,6 +26,7 @@
 #include "fence.h"
 #include "log.h"
 #include "shmlock.h"
+#include "spin.h"
 #include "../preload/libc.h"
 
 
@@ -199,29 +200,18 @@ static uint64_t deadline_of(uint64_t timeo_ns)
 	return timeo_ns ? uls_now_ns() + timeo_ns : 0;
 }
 
-/* Spins on ready() within the profile's budget; returns 1 when ready. */
+/* Spins on ready() within the profile's budget (spin.h); returns 1 when ready. */
 static int spin_until(struct uls_conn *c, int (*ready)(struct uls_conn *))
 {
-	int64_t budget = uls_cfg.spin_ns;
-	uint64_t start;
-	unsigned i = 0;
+	struct uls_spin s;
 
-	if (budget == 0)
-		return ready(c);
-	start = uls_now_ns();
-	for (;;) {
+	if (ready(c))
+		return 1;
+	uls_spin_start(&s);
+	while (uls_spin_more(&s))
 		if (ready(c))
 			return 1;
-		uls_cpu_relax();
-		if ((++i & 255) != 0)
-			continue;
-		uint64_t spent = uls_now_ns() - start;
-		if (budget > 0 && spent >= (uint64_t)budget)
-			return 0;
-		/* Unlimited spinning still lets another runnable thread have this core. */
-		if (budget < 0 && (i & 8191) == 0)
-			sched_yield();
-	}
+	return 0;
 }
 
 static int rx_ready(struct uls_conn *c)

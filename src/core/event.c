@@ -12,6 +12,7 @@
 #include "cpu.h"
 #include "fdtable.h"
 #include "log.h"
+#include "spin.h"
 #include "../preload/libc.h"
 
 #define KERNEL_RX_BITS (POLLIN | POLLRDHUP | POLLPRI)
@@ -107,6 +108,7 @@ int uls_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *m
 	uint64_t start = uls_now_ns(), deadline = start + (uint64_t)(timeout_ns > 0 ? timeout_ns : 0);
 	int nconn = 0, r;
 	unsigned spins = 0;
+	struct uls_spin spin;
 
 	if (n > 64) {
 		k = malloc(n * sizeof(*k));
@@ -128,16 +130,13 @@ int uls_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *m
 		r = kernel_ppoll(fds, n, timeout_ns, mask);
 		goto out;
 	}
+	uls_spin_start(&spin);
 	for (;;) {
 		int64_t left = remaining(deadline, timeout_ns);
 		int sleeping = 0;
 		if (any_user_ready(fds, cs, n) || left == 0 || (++spins & 63) == 0) {
 			r = kernel_ppoll(k, n, 0, mask);
-		} else if (uls_cfg.spin_ns < 0 ||
-			   uls_now_ns() - start < (uint64_t)uls_cfg.spin_ns) {
-			uls_cpu_relax();
-			if (uls_cfg.spin_ns < 0 && (spins & 8191) == 0)
-				sched_yield();
+		} else if (uls_spin_more(&spin)) {
 			continue;
 		} else {
 			for (nfds_t i = 0; i < n; i++)
@@ -544,10 +543,12 @@ int uls_epoll_wait(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int 
 {
 	uint64_t start = uls_now_ns(), deadline = start + (uint64_t)(timeout_ns > 0 ? timeout_ns : 0);
 	unsigned spins = 0;
+	struct uls_spin spin;
 	int n;
 
 	if (max <= 0)
 		return -EINVAL;
+	uls_spin_start(&spin);
 	pthread_mutex_lock(&ep->mu);
 	if (!has_ring(ep)) {
 		ep->round++;
@@ -570,15 +571,12 @@ int uls_epoll_wait(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int 
 				break;
 			continue;
 		}
-		if (uls_cfg.spin_ns < 0 || uls_now_ns() - start < (uint64_t)uls_cfg.spin_ns) {
-			/* Spin unlocked, so epoll_ctl from other threads goes on meanwhile. */
-			pthread_mutex_unlock(&ep->mu);
-			uls_cpu_relax();
-			if (uls_cfg.spin_ns < 0 && (spins & 8191) == 0)
-				sched_yield();
-			pthread_mutex_lock(&ep->mu);
+		/* Spin unlocked, so epoll_ctl from other threads goes on meanwhile. */
+		pthread_mutex_unlock(&ep->mu);
+		int more = uls_spin_more(&spin);
+		pthread_mutex_lock(&ep->mu);
+		if (more)
 			continue;
-		}
 		n = user_pass(ep, epfd, evs, max, 1);
 		if (n > 0)
 			break;
