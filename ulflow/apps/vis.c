@@ -20,7 +20,8 @@
 
 struct vis_state {
 	struct vis_geom g;
-	uint8_t *repo; /* the whole image in chunk order */
+	uint8_t *repo;	 /* the whole image in chunk order */
+	uint8_t *expect; /* vis_view: one chunk as the repository holds it */
 	bool *need, *seen;
 	long needed, got;
 	uint64_t bytes, buffers, rng;
@@ -138,6 +139,19 @@ static int setup_cost(struct ulf_ctx *ctx, struct vis_state *s)
 	return 0;
 }
 
+static void vis_destroy(void *state)
+{
+	struct vis_state *s = state;
+
+	if (!s)
+		return;
+	free(s->need);
+	free(s->seen);
+	free(s->repo);
+	free(s->expect);
+	free(s);
+}
+
 /* The state of a copy, made at its first UOW and kept for the next ones. */
 static struct vis_state *state(struct ulf_ctx *ctx, bool repo)
 {
@@ -165,7 +179,7 @@ static struct vis_state *state(struct ulf_ctx *ctx, bool repo)
 	if (!s->need || !s->seen || (repo && !s->repo))
 		ulf_fail(ctx, "out of memory for a %zu-byte image", image);
 	if (!s->need || !s->seen || (repo && !s->repo) || setup_cost(ctx, s) < 0) {
-		free(s->need), free(s->seen), free(s->repo), free(s);
+		vis_destroy(s);
 		return NULL;
 	}
 	for (size_t c = 0; repo && c < s->g.nchunks; c++)
@@ -260,8 +274,6 @@ static int stage_finalize(struct ulf_ctx *ctx)
 static int view_chunk(struct ulf_ctx *ctx, struct vis_state *s, const uint8_t *d, size_t len,
 		      uint64_t c)
 {
-	static __thread uint8_t *expect;
-
 	if (c >= s->g.nchunks || !s->need[c])
 		return ulf_fail(ctx, "chunk %llu was not asked for", (unsigned long long)c);
 	if (s->seen[c])
@@ -270,10 +282,10 @@ static int view_chunk(struct ulf_ctx *ctx, struct vis_state *s, const uint8_t *d
 		return ulf_fail(ctx, "chunk %llu has %zu bytes, not %zu", (unsigned long long)c,
 				len, s->g.chunk);
 	if (s->verify) {
-		if (!expect && !(expect = malloc(s->g.chunk)))
+		if (!s->expect && !(s->expect = malloc(s->g.chunk)))
 			return ulf_fail(ctx, "out of memory");
-		vis_chunk_fill(expect, len, c);
-		if (memcmp(expect, d, len) != 0)
+		vis_chunk_fill(s->expect, len, c);
+		if (memcmp(s->expect, d, len) != 0)
 			return ulf_fail(ctx, "chunk %llu: bytes differ from the repository",
 					(unsigned long long)c);
 	}
@@ -313,15 +325,15 @@ static int view_finalize(struct ulf_ctx *ctx)
 }
 
 static const struct ulf_filter_ops read_ops = {
-	.name = "vis_read", .init = read_init, .process = read_process,
+	.name = "vis_read", .init = read_init, .process = read_process, .destroy = vis_destroy,
 };
 static const struct ulf_filter_ops stage_ops = {
 	.name = "vis_stage", .init = stage_init, .process = stage_process,
-	.finalize = stage_finalize,
+	.finalize = stage_finalize, .destroy = vis_destroy,
 };
 static const struct ulf_filter_ops view_ops = {
 	.name = "vis_view", .init = stage_init, .process = view_process,
-	.finalize = view_finalize,
+	.finalize = view_finalize, .destroy = vis_destroy,
 };
 
 /*

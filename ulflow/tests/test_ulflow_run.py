@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ulfutil import ULSOCK, leftovers, run, uow_lines, view_reports, vis_layout
+from ulfutil import SANITIZED, ULSOCK, leftovers, run, uow_lines, view_reports, vis_layout
 
 LOCAL = [("p0", "127.0.0.1"), ("p1", "127.0.0.1"), ("p2", "127.0.0.1")]
 IMAGE = 1 << 20
@@ -54,6 +54,7 @@ def test_partial_needs_fewer_bytes_with_smaller_chunks(tmp_path):
 
 
 @pytest.mark.skipif(not ULSOCK.exists(), reason="ulsock not built")
+@pytest.mark.skipif(SANITIZED, reason="the ASan build's preload library needs libasan first")
 def test_under_ulsock(tmp_path):
     lay = vis_layout(tmp_path / "uls.layout", LOCAL, stages=2, copies=2)
     p = run(["run", lay], prefix=(ULSOCK, "run", "--profile", "balanced", "--"))

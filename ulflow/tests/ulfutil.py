@@ -12,6 +12,9 @@ REPO = Path(os.environ.get("ULSOCK_SOURCE") or Path(__file__).resolve().parents[
 BUILD = Path(os.environ.get("ULSOCK_BUILD") or REPO / "build").resolve()
 ULFLOW = BUILD / "bin" / "ulflow"
 ULSOCK = BUILD / "bin" / "ulsock"
+# An ASan build (make asan) runs these suites too; its preload library needs libasan
+# first in LD_PRELOAD, which `ulsock run` does not arrange.
+SANITIZED = ULFLOW.exists() and b"__asan_init" in ULFLOW.read_bytes()
 
 
 def vis_layout(path, procs, stages=2, copies=2, image="1M", chunk="16K", works=None,
