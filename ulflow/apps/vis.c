@@ -26,6 +26,8 @@ struct vis_state {
 	long needed, got;
 	uint64_t bytes, buffers, rng;
 	double busy_s;
+	double last_read, gap_s; /* when the last buffer was handed over; the sum of gaps */
+	uint64_t gaps;
 	double ns_per_byte, pass_ns; /* cost model; pass_ns: one compute pass per byte */
 	double slow, slow_prob;
 	bool slow_copy, verify;
@@ -203,6 +205,8 @@ static int vis_init(struct ulf_ctx *ctx, const char *work, bool repo)
 	s->got = 0;
 	s->bytes = s->buffers = 0;
 	s->busy_s = 0;
+	s->last_read = s->gap_s = 0;
+	s->gaps = 0;
 	return 0;
 }
 
@@ -249,6 +253,15 @@ static int stage_process(struct ulf_ctx *ctx)
 		return ulf_fail(ctx, "asked to fail in process (fail=process)");
 	while ((rc = ulf_read(ctx, 0, &d, &len, &tag)) > 0) {
 		double t0 = now_s();
+		/*
+		 * ulf_read acknowledged this buffer, so the gap since the last one is how long
+		 * the producer's balancer went without news from this copy: its reaction time.
+		 */
+		if (s->buffers) {
+			s->gap_s += t0 - s->last_read;
+			s->gaps++;
+		}
+		s->last_read = t0;
 		pay_cost(s, d, len);
 		s->busy_s += now_s() - t0;
 		s->buffers++;
@@ -265,8 +278,9 @@ static int stage_finalize(struct ulf_ctx *ctx)
 
 	if (fail_at(ctx, "finalize"))
 		return ulf_fail(ctx, "asked to fail in finalize (fail=finalize)");
-	ulf_report(ctx, "busy=%.6f buffers=%llu bytes=%llu slow=%d", s->busy_s,
-		   (unsigned long long)s->buffers, (unsigned long long)s->bytes, s->slow_copy);
+	ulf_report(ctx, "busy=%.6f buffers=%llu bytes=%llu slow=%d react=%.6f", s->busy_s,
+		   (unsigned long long)s->buffers, (unsigned long long)s->bytes, s->slow_copy,
+		   s->gaps ? s->gap_s / (double)s->gaps : 0.0);
 	return 0;
 }
 
