@@ -8,15 +8,17 @@
  *              exactly once with the repository's bytes.
  * Arguments (filter or `set`): image=BYTES chunk=BYTES view=PIXELS verify=0|1,
  * cost=NS_PER_BYTE cost_mode=wait|compute, slow_copies=I[,J] slow=FACTOR
- * slow_prob=P seed=N, fail=init|process|finalize (tests).
+ * slow_prob=P seed=N, fail=init|process|finalize and hang=process (tests).
  */
 #include "vis.h"
 #include "ulflow.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 struct vis_state {
 	struct vis_geom g;
@@ -43,11 +45,28 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static bool fail_at(struct ulf_ctx *ctx, const char *step)
+/* Whether argument key (fail, hang) names this step, in copy 0: the tests' faults. */
+static bool asked_at(struct ulf_ctx *ctx, const char *key, const char *step)
 {
-	const char *f = ulf_arg(ctx, "fail");
+	const char *f = ulf_arg(ctx, key);
 
 	return f && strcmp(f, step) == 0 && ulf_copy_index(ctx) == 0;
+}
+
+static bool fail_at(struct ulf_ctx *ctx, const char *step)
+{
+	return asked_at(ctx, "fail", step);
+}
+
+/*
+ * hang=process: a filter stuck for good, deaf to SIGTERM like one in uninterruptible
+ * work, so only the launcher's time limit and SIGKILL can end the group.
+ */
+static void hang_forever(void)
+{
+	signal(SIGTERM, SIG_IGN);
+	for (;;)
+		pause();
 }
 
 /* One pass of real work over the bytes: a rolling checksum the compiler cannot drop. */
@@ -251,6 +270,8 @@ static int stage_process(struct ulf_ctx *ctx)
 
 	if (fail_at(ctx, "process"))
 		return ulf_fail(ctx, "asked to fail in process (fail=process)");
+	if (asked_at(ctx, "hang", "process"))
+		hang_forever();
 	while ((rc = ulf_read(ctx, 0, &d, &len, &tag)) > 0) {
 		double t0 = now_s();
 		/*
