@@ -8,23 +8,28 @@
  *              exactly once with the repository's bytes.
  * Arguments (filter or `set`): image=BYTES chunk=BYTES view=PIXELS verify=0|1,
  * cost=NS_PER_BYTE cost_mode=wait|compute, slow_copies=I[,J] slow=FACTOR
- * slow_prob=P seed=N, fail=init|process|finalize (tests).
+ * slow_prob=P seed=N, fail=init|process|finalize and hang=process (tests).
  */
 #include "vis.h"
 #include "ulflow.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 struct vis_state {
 	struct vis_geom g;
-	uint8_t *repo; /* the whole image in chunk order */
+	uint8_t *repo;	 /* the whole image in chunk order */
+	uint8_t *expect; /* vis_view: one chunk as the repository holds it */
 	bool *need, *seen;
 	long needed, got;
 	uint64_t bytes, buffers, rng;
 	double busy_s;
+	double last_read, gap_s; /* when the last buffer was handed over; the sum of gaps */
+	uint64_t gaps;
 	double ns_per_byte, pass_ns; /* cost model; pass_ns: one compute pass per byte */
 	double slow, slow_prob;
 	bool slow_copy, verify;
@@ -40,11 +45,28 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static bool fail_at(struct ulf_ctx *ctx, const char *step)
+/* Whether argument key (fail, hang) names this step, in copy 0: the tests' faults. */
+static bool asked_at(struct ulf_ctx *ctx, const char *key, const char *step)
 {
-	const char *f = ulf_arg(ctx, "fail");
+	const char *f = ulf_arg(ctx, key);
 
 	return f && strcmp(f, step) == 0 && ulf_copy_index(ctx) == 0;
+}
+
+static bool fail_at(struct ulf_ctx *ctx, const char *step)
+{
+	return asked_at(ctx, "fail", step);
+}
+
+/*
+ * hang=process: a filter stuck for good, deaf to SIGTERM like one in uninterruptible
+ * work, so only the launcher's time limit and SIGKILL can end the group.
+ */
+static void hang_forever(void)
+{
+	signal(SIGTERM, SIG_IGN);
+	for (;;)
+		pause();
 }
 
 /* One pass of real work over the bytes: a rolling checksum the compiler cannot drop. */
@@ -138,6 +160,19 @@ static int setup_cost(struct ulf_ctx *ctx, struct vis_state *s)
 	return 0;
 }
 
+static void vis_destroy(void *state)
+{
+	struct vis_state *s = state;
+
+	if (!s)
+		return;
+	free(s->need);
+	free(s->seen);
+	free(s->repo);
+	free(s->expect);
+	free(s);
+}
+
 /* The state of a copy, made at its first UOW and kept for the next ones. */
 static struct vis_state *state(struct ulf_ctx *ctx, bool repo)
 {
@@ -165,7 +200,7 @@ static struct vis_state *state(struct ulf_ctx *ctx, bool repo)
 	if (!s->need || !s->seen || (repo && !s->repo))
 		ulf_fail(ctx, "out of memory for a %zu-byte image", image);
 	if (!s->need || !s->seen || (repo && !s->repo) || setup_cost(ctx, s) < 0) {
-		free(s->need), free(s->seen), free(s->repo), free(s);
+		vis_destroy(s);
 		return NULL;
 	}
 	for (size_t c = 0; repo && c < s->g.nchunks; c++)
@@ -189,6 +224,8 @@ static int vis_init(struct ulf_ctx *ctx, const char *work, bool repo)
 	s->got = 0;
 	s->bytes = s->buffers = 0;
 	s->busy_s = 0;
+	s->last_read = s->gap_s = 0;
+	s->gaps = 0;
 	return 0;
 }
 
@@ -233,8 +270,19 @@ static int stage_process(struct ulf_ctx *ctx)
 
 	if (fail_at(ctx, "process"))
 		return ulf_fail(ctx, "asked to fail in process (fail=process)");
+	if (asked_at(ctx, "hang", "process"))
+		hang_forever();
 	while ((rc = ulf_read(ctx, 0, &d, &len, &tag)) > 0) {
 		double t0 = now_s();
+		/*
+		 * ulf_read acknowledged this buffer, so the gap since the last one is how long
+		 * the producer's balancer went without news from this copy: its reaction time.
+		 */
+		if (s->buffers) {
+			s->gap_s += t0 - s->last_read;
+			s->gaps++;
+		}
+		s->last_read = t0;
 		pay_cost(s, d, len);
 		s->busy_s += now_s() - t0;
 		s->buffers++;
@@ -251,8 +299,9 @@ static int stage_finalize(struct ulf_ctx *ctx)
 
 	if (fail_at(ctx, "finalize"))
 		return ulf_fail(ctx, "asked to fail in finalize (fail=finalize)");
-	ulf_report(ctx, "busy=%.6f buffers=%llu bytes=%llu slow=%d", s->busy_s,
-		   (unsigned long long)s->buffers, (unsigned long long)s->bytes, s->slow_copy);
+	ulf_report(ctx, "busy=%.6f buffers=%llu bytes=%llu slow=%d react=%.6f", s->busy_s,
+		   (unsigned long long)s->buffers, (unsigned long long)s->bytes, s->slow_copy,
+		   s->gaps ? s->gap_s / (double)s->gaps : 0.0);
 	return 0;
 }
 
@@ -260,8 +309,6 @@ static int stage_finalize(struct ulf_ctx *ctx)
 static int view_chunk(struct ulf_ctx *ctx, struct vis_state *s, const uint8_t *d, size_t len,
 		      uint64_t c)
 {
-	static __thread uint8_t *expect;
-
 	if (c >= s->g.nchunks || !s->need[c])
 		return ulf_fail(ctx, "chunk %llu was not asked for", (unsigned long long)c);
 	if (s->seen[c])
@@ -270,10 +317,10 @@ static int view_chunk(struct ulf_ctx *ctx, struct vis_state *s, const uint8_t *d
 		return ulf_fail(ctx, "chunk %llu has %zu bytes, not %zu", (unsigned long long)c,
 				len, s->g.chunk);
 	if (s->verify) {
-		if (!expect && !(expect = malloc(s->g.chunk)))
+		if (!s->expect && !(s->expect = malloc(s->g.chunk)))
 			return ulf_fail(ctx, "out of memory");
-		vis_chunk_fill(expect, len, c);
-		if (memcmp(expect, d, len) != 0)
+		vis_chunk_fill(s->expect, len, c);
+		if (memcmp(s->expect, d, len) != 0)
 			return ulf_fail(ctx, "chunk %llu: bytes differ from the repository",
 					(unsigned long long)c);
 	}
@@ -313,15 +360,15 @@ static int view_finalize(struct ulf_ctx *ctx)
 }
 
 static const struct ulf_filter_ops read_ops = {
-	.name = "vis_read", .init = read_init, .process = read_process,
+	.name = "vis_read", .init = read_init, .process = read_process, .destroy = vis_destroy,
 };
 static const struct ulf_filter_ops stage_ops = {
 	.name = "vis_stage", .init = stage_init, .process = stage_process,
-	.finalize = stage_finalize,
+	.finalize = stage_finalize, .destroy = vis_destroy,
 };
 static const struct ulf_filter_ops view_ops = {
 	.name = "vis_view", .init = stage_init, .process = view_process,
-	.finalize = view_finalize,
+	.finalize = view_finalize, .destroy = vis_destroy,
 };
 
 /*

@@ -18,12 +18,17 @@
 
 struct ulf_ctx;
 
-/* Each returns 0 or a negative errno; ulf_fail() records a message and returns -1. */
+/*
+ * Each returns 0 or a negative errno; ulf_fail() records a message and returns -1.
+ * destroy (optional) frees what ulf_set_state() holds, once, in the copy's thread after
+ * its last UOW.
+ */
 struct ulf_filter_ops {
 	const char *name;
 	int (*init)(struct ulf_ctx *ctx, const char *work);
 	int (*process)(struct ulf_ctx *ctx);
 	int (*finalize)(struct ulf_ctx *ctx);
+	void (*destroy)(void *state);
 };
 
 /*

@@ -3,7 +3,8 @@
  * `ulflow run`: every rank of a layout as a child process on this host, in one process
  * group. Rank 0 starts first and says on a pipe where its coordinator listens; the others
  * are told through ULFLOW_COORD_PORT. The first child that fails, a signal or the time
- * limit stops the whole group: SIGTERM, then SIGKILL, and every child is reaped.
+ * limit stops the whole group: SIGTERM, then SIGKILL, and every child is reaped. Should
+ * the launcher die first, each child gets SIGKILL from the kernel (PR_SET_PDEATHSIG).
  */
 #include "net.h"
 #include "runtime.h"
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,11 +28,18 @@ static void on_signal(int sig)
 
 static pid_t spawn(const char *layout_path, int rank, int pgid, int port_fd, unsigned port)
 {
-	pid_t pid = fork();
+	pid_t parent = getpid(), pid = fork();
 	char buf[32];
 
 	if (pid != 0)
 		return pid;
+	/*
+	 * Should `ulflow run` itself die without stopping the group (SIGKILL, a crash), the
+	 * kernel kills its children; checking the parent after arming closes the race with a
+	 * parent that died before the prctl.
+	 */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+		_exit(1);
 	setpgid(0, pgid);
 	signal(SIGINT, SIG_DFL);
 	signal(SIGTERM, SIG_DFL);

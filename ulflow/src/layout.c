@@ -220,6 +220,45 @@ static int stream_option(struct parser *p, struct ulf_lstream *s, char *opt)
 	return 0;
 }
 
+/*
+ * Whether filter dst is reachable from src along the streams read so far; on success
+ * path[] holds the filters from src to dst and *len their count. Depth-first, each filter
+ * visited once, so a layout of ULF_MAX_FILTERS filters costs at most that many steps.
+ */
+static bool reaches(const struct ulf_layout *l, int src, int dst, bool *seen, int *path,
+		    int *len)
+{
+	path[(*len)++] = src;
+	if (src == dst)
+		return true;
+	seen[src] = true;
+	for (int i = 0; i < l->nstreams; i++)
+		if (l->streams[i].from == src && !seen[l->streams[i].to] &&
+		    reaches(l, l->streams[i].to, dst, seen, path, len))
+			return true;
+	(*len)--;
+	return false;
+}
+
+/* A group is a DAG (docs/ulflow.md): end of work could never reach a filter on a cycle. */
+static int check_acyclic(struct parser *p, int from, int to)
+{
+	const struct ulf_layout *l = p->l;
+	bool seen[ULF_MAX_FILTERS] = { false };
+	int path[ULF_MAX_FILTERS], len = 0;
+	char cycle[ULF_MAX_FILTERS * (ULF_NAME_MAX + 4)] = "";
+	size_t used = 0;
+
+	if (!reaches(l, to, from, seen, path, &len))
+		return 0;
+	for (int i = 0; i < len; i++)
+		used += (size_t)snprintf(cycle + used, sizeof(cycle) - used, "%s -> ",
+					 l->filters[path[i]].name);
+	snprintf(cycle + used, sizeof(cycle) - used, "%s", l->filters[to].name);
+	return fail(p, "stream %s -> %s closes a cycle (%s): streams must form a DAG",
+		    l->filters[from].name, l->filters[to].name, cycle);
+}
+
 static int kw_stream(struct parser *p, char **t, int n)
 {
 	struct ulf_layout *l = p->l;
@@ -235,6 +274,8 @@ static int kw_stream(struct parser *p, char **t, int n)
 			    from < 0 ? t[1] : t[3]);
 	if (from == to)
 		return fail(p, "stream: %s feeds itself", t[1]);
+	if (check_acyclic(p, from, to) < 0)
+		return -EINVAL;
 	if (l->nstreams == ULF_MAX_STREAMS)
 		return fail(p, "more than %d streams", ULF_MAX_STREAMS);
 	s = &l->streams[l->nstreams];

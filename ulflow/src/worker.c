@@ -273,6 +273,9 @@ static void *copy_thread(void *arg)
 			pthread_cond_wait(&w->cond, &w->lock);
 		if (w->quit) {
 			pthread_mutex_unlock(&w->lock);
+			if (x->ops->destroy && x->state)
+				x->ops->destroy(x->state);
+			x->state = NULL;
 			return NULL;
 		}
 		seen = w->gen;

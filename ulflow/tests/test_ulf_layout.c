@@ -66,13 +66,17 @@ struct bad {
 static const char head[] = "process p0 127.0.0.1\nfilter a vis_read on=p0\n"
 			   "filter b vis_view on=p0\n";
 
-/* Each case is one line after head, so its errors name line 4. */
+/* Each case follows head, so an error in its first line names line 4. */
 static void test_bad(void)
 {
 	static const struct bad cases[] = {
 		{ "frobnicate 3\n", "bad:4:", "unknown keyword" },
 		{ "stream a -> c\n", "bad:4:", "no filter 'c'" },
 		{ "stream a -> a\n", "bad:4:", "feeds itself" },
+		{ "stream a -> b\nstream b -> a\n", "bad:5:", "cycle (a -> b -> a)" },
+		{ "filter c vis_stage on=p0\nstream a -> b\nstream b -> c\nstream c -> a\n",
+		  "bad:7:", "stream c -> a closes a cycle (a -> b -> c -> a)" },
+		{ "stream a -> b\nstream a -> b\nstream b -> a\n", "bad:6:", "must form a DAG" },
 		{ "stream a b\n", "bad:4:", "usage: stream" },
 		{ "stream a -> b policy=fastest\n", "bad:4:", "unknown policy" },
 		{ "stream a -> b window=0\n", "bad:4:", "out of range" },

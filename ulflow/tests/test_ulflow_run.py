@@ -4,10 +4,13 @@ repository's bytes; these tests check its reports add up to the whole image and 
 failure stops every process with a clear message."""
 
 import os
+import signal
+import subprocess
+import time
 
 import pytest
 
-from ulfutil import ULSOCK, leftovers, run, uow_lines, view_reports, vis_layout
+from ulfutil import SANITIZED, ULFLOW, ULSOCK, leftovers, run, uow_lines, view_reports, vis_layout
 
 LOCAL = [("p0", "127.0.0.1"), ("p1", "127.0.0.1"), ("p2", "127.0.0.1")]
 IMAGE = 1 << 20
@@ -54,6 +57,7 @@ def test_partial_needs_fewer_bytes_with_smaller_chunks(tmp_path):
 
 
 @pytest.mark.skipif(not ULSOCK.exists(), reason="ulsock not built")
+@pytest.mark.skipif(SANITIZED, reason="the ASan build's preload library needs libasan first")
 def test_under_ulsock(tmp_path):
     lay = vis_layout(tmp_path / "uls.layout", LOCAL, stages=2, copies=2)
     p = run(["run", lay], prefix=(ULSOCK, "run", "--profile", "balanced", "--"))
@@ -100,6 +104,56 @@ def test_time_limit_kills_a_stuck_group(tmp_path):
     assert "time limit reached" in p.stderr
     assert p.elapsed < 20
     assert leftovers(lay) == []
+
+
+# One process holds every filter: with hang=process it ignores SIGTERM and no peer's
+# death wakes it, so only the SIGKILL that follows ends the group.
+ALONE = LOCAL[:1]
+
+
+def test_time_limit_kills_a_hung_filter(tmp_path):
+    lay = vis_layout(tmp_path / "hung.layout", ALONE, extra="hang=process")
+    p = run(["run", "--timeout", "2", lay], timeout=60)
+    assert p.returncode == 1
+    assert "time limit reached" in p.stderr
+    assert 4 <= p.elapsed < 20  # the limit, then SIGTERM ignored for 2 s, then SIGKILL
+    assert leftovers(lay) == []
+
+
+def start_hung(tmp_path, name):
+    """`ulflow run` of a group with a hung filter, once every rank is up."""
+    lay = vis_layout(tmp_path / f"{name}.layout", ALONE, extra="hang=process")
+    proc = subprocess.Popen([str(ULFLOW), "run", str(lay)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while len(leftovers(lay)) < 1 + len(ALONE) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # into the first UOW, where the filter hangs
+    return lay, proc
+
+
+def wait_gone(lay, seconds):
+    deadline = time.monotonic() + seconds
+    while leftovers(lay) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return leftovers(lay)
+
+
+def test_signal_stops_a_hung_group(tmp_path):
+    lay, proc = start_hung(tmp_path, "term")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1
+    assert "signal 15: stopping the group" in err
+    assert wait_gone(lay, 5) == []
+
+
+def test_killed_launcher_leaves_no_worker(tmp_path):
+    # SIGKILL gives `ulflow run` no chance to stop anyone: the kernel must (PDEATHSIG).
+    lay, proc = start_hung(tmp_path, "kill")
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert wait_gone(lay, 10) == []
 
 
 def test_worker_rank_from_launcher_variables(tmp_path):

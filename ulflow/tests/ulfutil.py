@@ -12,6 +12,9 @@ REPO = Path(os.environ.get("ULSOCK_SOURCE") or Path(__file__).resolve().parents[
 BUILD = Path(os.environ.get("ULSOCK_BUILD") or REPO / "build").resolve()
 ULFLOW = BUILD / "bin" / "ulflow"
 ULSOCK = BUILD / "bin" / "ulsock"
+# An ASan build (make asan) runs these suites too; its preload library needs libasan
+# first in LD_PRELOAD, which `ulsock run` does not arrange.
+SANITIZED = ULFLOW.exists() and b"__asan_init" in ULFLOW.read_bytes()
 
 
 def vis_layout(path, procs, stages=2, copies=2, image="1M", chunk="16K", works=None,
@@ -70,6 +73,8 @@ def leftovers(marker):
             cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if str(marker) in cmd and "pytest" not in cmd:
+        # Only this process is excluded: the layouts live under pytest's tmp_path, so
+        # every process of a run mentions "pytest".
+        if str(marker) in cmd and int(d.name) != os.getpid():
             found.append((d.name, cmd))
     return found
