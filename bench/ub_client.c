@@ -22,7 +22,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define WARMUP 10
+#define WARMUP 10      /* exchanges not sampled */
+#define MIN_SAMPLES 10 /* sampled exchanges, however long they take */
 
 /* What one client connection measured. */
 struct side {
@@ -162,7 +163,8 @@ static int client_pingpong(const struct job *j, int spin)
 	memset(buf, 'p', j->size);
 	begin(j, s);
 	deadline = s->t_start + j->o->seconds;
-	for (now = s->t_start; s->nsamples < j->max_samples && (now < deadline || s->count < WARMUP);) {
+	for (now = s->t_start; s->nsamples < j->max_samples &&
+			       (now < deadline || s->nsamples < MIN_SAMPLES);) {
 		t = now;
 		r = ub_write_all(fd, buf, j->size, spin, j->o->timeout);
 		if (r >= 0)
@@ -457,6 +459,8 @@ static int run_row(struct ub_opts *o, enum ub_test t, uint64_t size, int n, stru
 	if (!rc) {
 		aggregate(row, j.side, n, t != UB_MULTISTREAM);
 		rc = pp ? pingpong_row(row, j.samples, j.side, n, each) : stream_row(row, t);
+		if (rc < 0)
+			ub_warn("%s size %llu: nothing measured", row->test, (unsigned long long)size);
 	}
 	munmap(j.side, len);
 	return rc < 0 ? -1 : 0;
