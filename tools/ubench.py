@@ -15,7 +15,6 @@ Exit status 1 when some cell has no successful run at all, 0 otherwise.
 """
 
 import argparse
-import datetime
 import json
 import os
 import re
@@ -26,6 +25,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402
 import benchlib  # noqa: E402
 from benchlib import BenchError, Substrate  # noqa: E402
 import ubench_report  # noqa: E402
@@ -288,17 +288,9 @@ def run_check(col, args, check, sub, rep, step, total):
 
 
 def host_info():
-    info = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
-            "kernel": os.uname().release, "machine": os.uname().machine,
-            "hostname": os.uname().nodename, "cpus": os.cpu_count()}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    info["cpu"] = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    """tools/bench.py's host description, plus the host name the plots print."""
+    info = bench.host_info()
+    info["hostname"] = os.uname().nodename
     return info
 
 
