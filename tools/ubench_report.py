@@ -220,7 +220,7 @@ def markdown(data, plots):
                    "test of the suite, not a measurement to quote.\n")
     if data.get("note"):
         out.append(data["note"] + "\n")
-    out.append("Machine: %s, %s CPUs (%s), Linux %s. Date: %s.  \nCommand: `%s`\n"
+    out.append("Machine: %s, %s CPUs (%s), Linux %s. Date: %s. Command:\n\n```\n%s\n```\n"
                % (h.get("hostname", "?"), h.get("cpus", "?"), h.get("cpu", "?"),
                   h.get("kernel", "?"), h.get("date", "?"), data.get("command", "?")))
     out.append("Each cell is the median of %s runs; the substrates ran interleaved (repeat r "
