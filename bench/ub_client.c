@@ -450,7 +450,7 @@ static int run_row(struct ub_opts *o, enum ub_test t, uint64_t size, int n, stru
 	row->spin = o->spin;
 	row->size = size;
 	row->clients = n;
-	for (int i = 0; i < n && !rc; i++)
+	for (int i = 0; i < n; i++)
 		if (!j.side[i].ok) {
 			ub_warn("%s size %llu client %d: %s", row->test, (unsigned long long)size, i,
 				j.side[i].err[0] ? j.side[i].err : "client died");
