@@ -5,6 +5,7 @@
 #   make demo       kernel TCP vs ulsock, side by side (sockperf, redis)
 #   make test       every ctest suite, then the sanitizer and fuzz smoke runs
 #   make bench      the full benchmark (tools/bench.py); BENCH_ARGS="--quick" for a short one
+#   make ubench     the micro-benchmark suite (tools/ubench.py): report in UBENCH_DIR
 #   make asan       ASan+UBSan build in build-asan, unit tests
 #   make tsan       TSan build in build-tsan (clang when installed), tests labelled tsan
 #   make fuzz       libFuzzer build in build-fuzz (clang), each target for FUZZ_SECONDS
@@ -26,9 +27,11 @@ FUZZ_CC     ?= clang
 # GCC refuses atomic_thread_fence under -fsanitize=thread (-Werror=tsan); clang does not.
 TSAN_CC     ?= $(shell command -v clang 2>/dev/null)
 BENCH_ARGS  ?=
+UBENCH_ARGS ?=
+UBENCH_DIR  ?= docs/perf/ubench
 DEMO_ARGS   ?=
 
-.PHONY: all build deps demo test test-sanitizers bench asan tsan fuzz clean
+.PHONY: all build deps demo test test-sanitizers bench ubench asan tsan fuzz clean
 
 all: build
 
@@ -88,6 +91,11 @@ test-sanitizers:
 
 bench: build
 	$(PYTHON) tools/bench.py $(BENCH_ARGS)
+
+# Every ulsock-bench test on kernel TCP, each ulsock profile and Unix domain sockets,
+# with fi_pingpong, sockperf, iperf3 and qperf beside them; writes the report.
+ubench: build
+	$(PYTHON) tools/ubench.py --report $(UBENCH_DIR) $(UBENCH_ARGS)
 
 asan: deps
 	$(call configure,$(BUILD_ASAN),-DULS_SANITIZE=address$(,)undefined)
