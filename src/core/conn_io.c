@@ -200,17 +200,48 @@ static uint64_t deadline_of(uint64_t timeo_ns)
 	return timeo_ns ? uls_now_ns() + timeo_ns : 0;
 }
 
-/* Spins on ready() within the profile's budget (spin.h); returns 1 when ready. */
-static int spin_until(struct uls_conn *c, int (*ready)(struct uls_conn *))
+/*
+ * How often a long spin, or a program polling with non-blocking calls, looks at the TCP
+ * socket: a peer that exited without closing (or was killed) ends the connection only
+ * there, with its FIN or RST.
+ */
+#define TCP_CHECK_NS 1000000u
+
+/* Reads what the TCP socket has to say (wake-ups, FIN, RST), at most every TCP_CHECK_NS. */
+static void check_tcp_sometimes(struct uls_conn *c, int fd, uint64_t now)
+{
+	uint64_t last = atomic_load_explicit(&c->tcp_checked, memory_order_relaxed);
+
+	if (now - last < TCP_CHECK_NS)
+		return;
+	atomic_store_explicit(&c->tcp_checked, now, memory_order_relaxed);
+	uls_conn_drain(c, fd);
+}
+
+/*
+ * Spins on ready() within the profile's budget (spin.h); returns 1 when ready, 0 when the
+ * caller must sleep: the budget ran out, the cores are oversubscribed, or the deadline
+ * (0: none) passed. An unlimited spin still notices the end of the TCP stream.
+ */
+static int spin_until(struct uls_conn *c, int fd, uint64_t deadline,
+		      int (*ready)(struct uls_conn *))
 {
 	struct uls_spin s;
 
 	if (ready(c))
 		return 1;
 	uls_spin_start(&s);
-	while (uls_spin_more(&s))
+	uint64_t next = s.start + TCP_CHECK_NS;
+	while (uls_spin_more(&s)) {
 		if (ready(c))
 			return 1;
+		if (s.last < next)
+			continue;
+		if (deadline && s.last >= deadline)
+			return 0;
+		check_tcp_sometimes(c, fd, s.last);
+		next = s.last + TCP_CHECK_NS;
+	}
 	return 0;
 }
 
@@ -248,7 +279,7 @@ static int max_sleep_ms(struct uls_conn *c)
 /* Sleeps until the receive ring may have changed. Returns 0, -EINTR or -EAGAIN. */
 static int wait_rx(struct uls_conn *c, int fd, uint64_t deadline)
 {
-	if (spin_until(c, rx_ready))
+	if (spin_until(c, fd, deadline, rx_ready))
 		return 0;
 	atomic_store(&c->rx->sh->cons.want_data, 1);
 	int bound = uls_fence_heavy(&c->me->heavy_fence) ? max_sleep_ms(c) : 10;
@@ -260,7 +291,7 @@ static int wait_rx(struct uls_conn *c, int fd, uint64_t deadline)
 /* Sleeps until the send ring may have space. Returns 0, -EINTR or -EAGAIN (timeout). */
 static int wait_tx(struct uls_conn *c, int fd, uint64_t deadline, int *backoff_ms)
 {
-	if (spin_until(c, tx_ready))
+	if (spin_until(c, fd, deadline, tx_ready))
 		return 0;
 	atomic_store(&c->tx->sh->prod.want_space, 1);
 	int bound = uls_fence_heavy(&c->me->heavy_fence) ? max_sleep_ms(c) : 10;
@@ -376,8 +407,13 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 				return done ? (ssize_t)done : -errno;
 			return (ssize_t)(done + (size_t)n);
 		}
-		if (nonblock)
+		if (nonblock) {
+			if (!done)
+				check_tcp_sometimes(c, fd, uls_now_ns());
+			if (!done && atomic_load(&c->peer_gone))
+				continue;
 			return done ? (ssize_t)done : -EAGAIN;
+		}
 		if (atomic_load(&c->closed))
 			return done ? (ssize_t)done : -EBADF;
 		uls_conn_unlock(c, TXL);
@@ -591,8 +627,16 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 			return 0;
 		if (atomic_load(&c->closed))
 			return -EBADF;
-		if (nonblock)
+		if (nonblock) {
+			/* A program polling this way never sleeps on the socket: look at TCP
+			 * now and then, or a peer gone without a close would never be seen. */
+			uint64_t seen = atomic_load(&c->tcp_checked);
+			check_tcp_sometimes(c, fd, uls_now_ns());
+			if (seen != atomic_load(&c->tcp_checked) &&
+			    (atomic_load(&c->peer_gone) || uls_ring_readable(c->rx, head) != 0))
+				continue;
 			return -EAGAIN;
+		}
 		uls_conn_unlock(c, RXL);
 		int r = wait_rx(c, fd, deadline_of(c->rcvtimeo_ns));
 		uls_conn_lock(c, RXL);

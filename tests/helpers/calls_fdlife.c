@@ -160,6 +160,53 @@ static void case_fork(CALLS_ARGS)
 	calls_pair_close(&p);
 }
 
+/*
+ * The last holder of a socket is a forked child that exits without closing it: the peer,
+ * polling with non-blocking reads only (never sleeping on the socket), still gets every
+ * byte and then the end of the stream, as with kernel TCP.
+ */
+static void case_fork_exit(CALLS_ARGS)
+{
+	struct calls_pair p;
+	char buf[64];
+	size_t got = 0;
+
+	calls_pair_open(&p, AF_INET);
+	if (p.child == 0) {
+		calls_set_nonblock(p.fd, 1);
+		struct timespec t0, t;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		for (;;) {
+			ssize_t n = recv(p.fd, buf + got, sizeof(buf) - got, 0);
+			if (n == 0)
+				break;
+			if (n > 0) {
+				got += (size_t)n;
+				continue;
+			}
+			CHECK(errno == EAGAIN || errno == EWOULDBLOCK);
+			clock_gettime(CLOCK_MONOTONIC, &t);
+			/* The end of the stream must come, long before this bound. */
+			CHECK(t.tv_sec - t0.tv_sec <= 10);
+			usleep(200);
+		}
+		CHECK_EQ(got, 3);
+		CHECK_EQ(memcmp(buf, "bye", 3), 0);
+		calls_pair_close(&p);
+	}
+	pid_t c = fork();
+	CHECK(c >= 0);
+	if (c == 0) {
+		calls_child_setup();
+		calls_write_all(p.fd, "bye", 3);
+		_exit(0); /* no close: the kernel closes the socket at exit */
+	}
+	CHECK(close(p.fd) == 0);
+	p.fd = -1;
+	calls_wait_child(c);
+	calls_pair_close(&p);
+}
+
 /* ---- exec ---------------------------------------------------------------------------------- */
 
 /* A copy of the environment without LD_PRELOAD (the caller frees nothing: it execs). */
@@ -541,6 +588,7 @@ static const struct calls_case cases[] = {
 	{"dup2", case_dup2},
 	{"dup3", case_dup3},
 	{"fork", case_fork},
+	{"fork_exit", case_fork_exit},
 	{"exec", case_exec},
 	{"exec_plain", case_exec_plain},
 	{"exec_child", case_exec_child},

@@ -97,6 +97,37 @@ static void case_bufsizes(CALLS_ARGS)
 }
 
 /* SO_RCVTIMEO: reads the value back; recv/read/recvmsg on an empty socket time out with EAGAIN. */
+/*
+ * SO_RCVTIMEO once the connection runs on the ring in both directions (a byte each way
+ * first), then the peer exits without a close while this side is in a blocking recv with
+ * no timeout: the wait ends with the end of the stream.
+ */
+static void case_rcvtimeo_ring(CALLS_ARGS)
+{
+	struct calls_pair p;
+	char c;
+
+	calls_pair_open(&p, AF_INET);
+	if (p.child == 0) {
+		calls_write_all(p.fd, "a", 1);
+		calls_read_exact(p.fd, &c, 1);
+		calls_await(&p);
+		_exit(0); /* no close */
+	}
+	calls_read_exact(p.fd, &c, 1);
+	calls_write_all(p.fd, "b", 1);
+	set_timeo(p.fd, SO_RCVTIMEO, 200);
+	long long t0 = calls_now_ms();
+	CHECK_ERR(recv(p.fd, &c, 1, 0), EAGAIN);
+	long long dt = calls_now_ms() - t0;
+	CHECK(dt >= 180);
+	CHECK(dt < 3000);
+	set_timeo(p.fd, SO_RCVTIMEO, 0);
+	calls_post(&p, 'x');
+	CHECK_EQ(recv(p.fd, &c, 1, 0), 0);
+	calls_pair_close(&p);
+}
+
 static void case_rcvtimeo(CALLS_ARGS)
 {
 	struct calls_pair p;
@@ -386,6 +417,7 @@ static const struct calls_case cases[] = {
 	{"so_error", case_so_error},
 	{"bufsizes", case_bufsizes},
 	{"rcvtimeo", case_rcvtimeo},
+	{"rcvtimeo_ring", case_rcvtimeo_ring},
 	{"sndtimeo", case_sndtimeo},
 	{"linger", case_linger},
 	{"nodelay_keepalive", case_nodelay_keepalive},

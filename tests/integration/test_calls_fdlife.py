@@ -11,6 +11,7 @@ CASES = {
     "dup2": "dup2 to a free number, over an open pipe fd (now a socket), onto itself; EBADF",
     "dup3": "dup3 O_CLOEXEC honoured; same fd or bad flags EINVAL; data via both",
     "fork": "forked child writes/reads, exits (no EOF at the peer); parent continues in order",
+    "fork_exit": "last holder a forked child exiting without close: non-blocking peer sees EOF",
     "exec": "socket inherited across execve of the helper: partly read input and output exact",
     "exec_plain": "the same with LD_PRELOAD removed from the new image's environment",
     "scm_rights": "socket passed over AF_UNIX after a partial read: receiver continues exactly",
@@ -30,3 +31,9 @@ def test_case_list(uls):
 def test_fdlife(uls, case, mode):
     # In the *_plain cases one program image runs without the preload on purpose.
     run_case(uls, HELPER, case, mode, plain_images=1 if case.endswith("_plain") else 0)
+
+
+@pytest.mark.parametrize("profile", ["latency", "efficient"])
+def test_fork_exit_profiles(uls, profile):
+    """The peer gone without a close is seen whatever the spin budget."""
+    run_case(uls, HELPER, "fork_exit", "ulsock", profile=profile)
