@@ -8,8 +8,11 @@
 
 /* Unlimited spinning hands the core over this often. */
 #define YIELD_EVERY_NS 50000u
-/* A gap this long between two checks, or a yield this slow: another thread had the core. */
-#define PREEMPTED_NS 20000u
+/*
+ * A gap this long between two steps, or a yield this slow: another thread had the core.
+ * A step of an epoll wait (a user pass, now and then a system call) takes a few µs.
+ */
+#define PREEMPTED_NS 50000u
 /* After contention, this thread sleeps at once for this long before it spins again. */
 #define BACKOFF_NS 2000000u
 
@@ -38,9 +41,9 @@ int uls_spin_more(struct uls_spin *s)
 	if (budget == 0 || s->calm)
 		return 0;
 	uls_cpu_relax();
-	/* Reading the clock costs about as much as a few pauses: not on every step. */
-	if ((++s->i & 31) != 0)
-		return 1;
+	/* Every step reads the clock (vDSO, tens of ns): a gap must mean preemption, not a
+	 * caller whose steps are slow. */
+	s->i++;
 	uint64_t now = uls_now_ns();
 	if (now - s->last > PREEMPTED_NS)
 		return contended(now);

@@ -184,9 +184,9 @@ static int accept_streams(struct ulf_worker *w, int *in_fds)
 	int need = expected_accepts(w);
 
 	for (int got = 0; got < need; got++) {
-		unsigned type;
-		uint32_t len;
-		uint64_t tag;
+		unsigned type = 0;
+		uint32_t len = 0;
+		uint64_t tag = 0;
 		int fd = ulf_accept(w->lfd, w->deadline), rc, s, pc, cc;
 
 		if (fd < 0)
