@@ -140,7 +140,7 @@ def fi_pingpong(provider, size, iters, record):
     with benchlib.Proc(server, dict(os.environ)) as srv:
         benchlib.wait_listening(port, srv)
         out = benchlib.run(client, dict(os.environ), 60)
-    m = re.findall(r"^\s*\d+\s+\S+\s+\S+\s+\S+\s+\S+\s+([0-9.]+)\s+([0-9.]+)\s+[0-9.]+\s*$",
+    m = re.findall(r"^\s*\d+[kKmMgG]?\s+\S+\s+\S+\s+\S+\s+\S+\s+([0-9.]+)\s+([0-9.]+)\s+[0-9.]+\s*$",
                    out, re.M)
     if not m:
         raise BenchError("no fi_pingpong result in:\n%s" % out[-800:])

@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "fence.h"
 #include "handshake.h"
 #include "log.h"
 #include "../preload/libc.h"
@@ -111,15 +110,6 @@ void uls_conn_get(struct uls_conn *c)
 	pthread_mutex_lock(&c->mu);
 	c->refs++;
 	pthread_mutex_unlock(&c->mu);
-}
-
-/*
- * Whether this side's sleepers will use membarrier (fence.h). The efficient profile sleeps
- * on every wait, where an extra system call would cost more than the peer's fences.
- */
-static unsigned fence_promise(void)
-{
-	return uls_fence_can_promise() && uls_cfg.spin_ns != 0;
 }
 
 static void bind_role(struct uls_conn *c, int role)
@@ -242,7 +232,6 @@ struct uls_conn *uls_conn_connect_prepare(int fd, const struct sockaddr *dst, ui
 	}
 	bind_role(c, ULS_CLIENT);
 	atomic_store(&c->me->cookie, c->seg.hdr->id.client_cookie);
-	atomic_store(&c->me->heavy_fence, fence_promise());
 	memcpy(&c->peer_sa, dst, dst->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
 							   : sizeof(struct sockaddr_in));
 	c->path = ULS_PATH_PENDING;
@@ -292,7 +281,6 @@ static const char *server_attach(struct uls_conn *c, int fd, char *why, size_t w
 	}
 	bind_role(c, ULS_SERVER);
 	atomic_store(&c->me->cookie, uls_sock_cookie(fd));
-	atomic_store(&c->me->heavy_fence, fence_promise());
 	/* Release: a client that sees ATTACHED sees the cookie, and every later ring write. */
 	uls_conn_nodelay(c, fd);
 	atomic_fetch_or_explicit(&c->me->state, ULS_SIDE_ATTACHED, memory_order_seq_cst);

@@ -43,6 +43,7 @@ struct uls_conn {
 	_Atomic uint64_t tx_full; /* times a send found the ring full (EPOLLOUT edges) */
 	uint64_t tx_head_seen;    /* the consumer's head as last read (send lock) */
 	_Atomic uint64_t tcp_checked; /* when a poller last looked at the TCP socket (ns) */
+	_Atomic unsigned fence_streak[2]; /* publications that found the peer awake (fence.h) */
 	uint64_t rcvtimeo_ns, sndtimeo_ns; /* 0: none */
 	struct uls_seg seg;
 	struct uls_ring *tx, *rx;

@@ -80,19 +80,21 @@ void uls_conn_send_token(struct uls_conn *c, int fd)
 /* Producer: after publishing tail, wake a consumer that announced it sleeps. */
 static void wake_consumer(struct uls_conn *c, int fd)
 {
-	uls_fence_light(atomic_load_explicit(&c->peer->heavy_fence, memory_order_relaxed));
-	if (atomic_load_explicit(&c->tx->sh->cons.want_data, memory_order_relaxed) &&
-	    atomic_exchange(&c->tx->sh->cons.want_data, 0))
+	uls_fence_light(&c->me->light_fence);
+	int asleep = atomic_load_explicit(&c->tx->sh->cons.want_data, memory_order_relaxed);
+	if (asleep && atomic_exchange(&c->tx->sh->cons.want_data, 0))
 		uls_conn_send_token(c, fd);
+	uls_fence_adapt(&c->me->light_fence, &c->fence_streak[TXL], asleep);
 }
 
 /* Consumer: after publishing head, wake a producer that waits for space. */
 static void wake_producer(struct uls_conn *c, int fd)
 {
-	uls_fence_light(atomic_load_explicit(&c->peer->heavy_fence, memory_order_relaxed));
-	if (atomic_load_explicit(&c->rx->sh->prod.want_space, memory_order_relaxed) &&
-	    atomic_exchange(&c->rx->sh->prod.want_space, 0))
+	uls_fence_light(&c->me->light_fence);
+	int asleep = atomic_load_explicit(&c->rx->sh->prod.want_space, memory_order_relaxed);
+	if (asleep && atomic_exchange(&c->rx->sh->prod.want_space, 0))
 		uls_conn_send_token(c, fd);
+	uls_fence_adapt(&c->me->light_fence, &c->fence_streak[RXL], asleep);
 }
 
 static void note_peer_end(struct uls_conn *c, int err)
@@ -282,7 +284,7 @@ static int wait_rx(struct uls_conn *c, int fd, uint64_t deadline)
 	if (spin_until(c, fd, deadline, rx_ready))
 		return 0;
 	atomic_store(&c->rx->sh->cons.want_data, 1);
-	int bound = uls_fence_heavy(&c->me->heavy_fence) ? max_sleep_ms(c) : 10;
+	int bound = uls_fence_heavy(&c->peer->light_fence) ? max_sleep_ms(c) : 10;
 	if (rx_ready(c))
 		return 0;
 	return uls_wait(c, fd, deadline, 1, bound);
@@ -294,7 +296,7 @@ static int wait_tx(struct uls_conn *c, int fd, uint64_t deadline, int *backoff_m
 	if (spin_until(c, fd, deadline, tx_ready))
 		return 0;
 	atomic_store(&c->tx->sh->prod.want_space, 1);
-	int bound = uls_fence_heavy(&c->me->heavy_fence) ? max_sleep_ms(c) : 10;
+	int bound = uls_fence_heavy(&c->peer->light_fence) ? max_sleep_ms(c) : 10;
 	if (tx_ready(c))
 		return 0;
 	if (!rx_token_zone(c) || atomic_load(&c->shut_rd)) {
@@ -510,7 +512,7 @@ static ssize_t tcp_recv_before_switch(struct uls_conn *c, int fd, struct msghdr 
 		 * sees the switch: never both miss (the blocking recvmsg below would wait for
 		 * TCP data that went to the ring). */
 		atomic_store(&c->rx->sh->cons.want_data, 1);
-		uls_fence_heavy(&c->me->heavy_fence);
+		uls_fence_heavy(&c->peer->light_fence);
 		if (atomic_load_explicit(&c->peer->switched, memory_order_acquire))
 			return -EALREADY;
 	}
@@ -550,7 +552,7 @@ static ssize_t tcp_recv_pending(struct uls_conn *c, int fd, struct msghdr *msg, 
 	for (;;) {
 		/* A server that attaches later must wake this reader through the ring. */
 		atomic_store(&c->rx->sh->cons.want_data, 1);
-		uls_fence_heavy(&c->me->heavy_fence);
+		uls_fence_heavy(&c->peer->light_fence);
 		if (uls_conn_peer_attached(c))
 			return -EALREADY;
 		n = uls_libc.recvmsg(fd, msg, (flags & ~MSG_WAITALL) | MSG_DONTWAIT);
@@ -823,7 +825,7 @@ void uls_conn_arm(struct uls_conn *c, int events)
 	if ((events & POLLOUT) && !(parts & ULS_KERNEL_TX))
 		atomic_store(&c->tx->sh->prod.want_space, 1);
 	if (c->seg.hdr)
-		uls_fence_heavy(&c->me->heavy_fence);
+		uls_fence_heavy(&c->peer->light_fence);
 	else
 		atomic_thread_fence(memory_order_seq_cst);
 }

@@ -22,15 +22,15 @@ void uls_fence_init(void)
 	atomic_store(&uls_fence_registered, ok);
 }
 
-int uls_fence_heavy(_Atomic unsigned *promise)
+int uls_fence_heavy(_Atomic unsigned *peer)
 {
 	atomic_thread_fence(memory_order_seq_cst);
-	if (!atomic_load_explicit(promise, memory_order_relaxed))
+	if (!atomic_load_explicit(peer, memory_order_relaxed))
 		return 1;
 	if (membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0)
 		return 1;
-	/* Withdraw the promise: from the peer's next send on, it fences fully again. */
-	atomic_store(promise, 0);
+	/* From the peer's next publication on, it fences fully again. */
+	atomic_store(peer, 0);
 	atomic_thread_fence(memory_order_seq_cst);
 	return 0;
 }

@@ -68,7 +68,7 @@ struct uls_side {
 	_Atomic uint64_t tokens_sent; /* wake-up bytes this side put on its TCP direction */
 	uint8_t pad2[ULS_CACHELINE - 56];
 	/* Line 2: written rarely (wake-ups drained, a revert), read by the peer. */
-	_Alignas(ULS_CACHELINE) _Atomic uint32_t heavy_fence; /* sleepers use membarrier (fence.h) */
+	_Alignas(ULS_CACHELINE) _Atomic uint32_t light_fence; /* publishes with light fences */
 	uint32_t reserved0;
 	uint64_t reserved1;
 	_Atomic uint64_t tokens_seen; /* wake-up bytes consumed from the peer */
