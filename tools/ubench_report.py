@@ -192,7 +192,9 @@ def headline(data):
 
 
 def extra_table(data, kind):
-    cells = [(n, c) for n, c in sorted(data.get("extra", {}).items()) if c.get("kind") == kind]
+    # By title, then by message size (not by name: "1 MiB" would sort before "16 KiB").
+    cells = sorted(((n, c) for n, c in data.get("extra", {}).items() if c.get("kind") == kind),
+                   key=lambda nc: (nc[1].get("title", ""), nc[1].get("size", 0), nc[0]))
     if not cells:
         return ""
     subs = sorted({s for _, c in cells for s in c["substrates"]},
