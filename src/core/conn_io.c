@@ -209,7 +209,12 @@ static uint64_t deadline_of(uint64_t timeo_ns)
  */
 #define TCP_CHECK_NS 1000000u
 
-/* Reads what the TCP socket has to say (wake-ups, FIN, RST), at most every TCP_CHECK_NS. */
+/*
+ * Looks at the TCP socket, at most every TCP_CHECK_NS: when the peer's end is gone (FIN or
+ * RST), the wake-ups before it are drained and the end noted. Only then: draining reads
+ * bytes, and a peer moving back to TCP (revert.c) may just have started to send data
+ * there, which must be left for the reader that counts the wake-ups exactly.
+ */
 static void check_tcp_sometimes(struct uls_conn *c, int fd, uint64_t now)
 {
 	uint64_t last = atomic_load_explicit(&c->tcp_checked, memory_order_relaxed);
@@ -217,7 +222,9 @@ static void check_tcp_sometimes(struct uls_conn *c, int fd, uint64_t now)
 	if (now - last < TCP_CHECK_NS)
 		return;
 	atomic_store_explicit(&c->tcp_checked, now, memory_order_relaxed);
-	uls_conn_drain(c, fd);
+	struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+	if (uls_libc.poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+		uls_conn_drain(c, fd);
 }
 
 /*
