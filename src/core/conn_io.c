@@ -646,6 +646,14 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 				continue;
 			return -EAGAIN;
 		}
+		/* The peer may wait for this side to move its sending direction back to TCP
+		 * (revert.c): serve that before sleeping, since its wake-up may have been
+		 * consumed already and a sleeper with the request pending would not see it. */
+		if (atomic_load(&c->peer->revert_req) && !atomic_load(&c->me->tx_reverted)) {
+			uls_revert_serve(c, fd);
+			if (atomic_load(&c->me->tx_reverted))
+				continue;
+		}
 		uls_conn_unlock(c, RXL);
 		int r = wait_rx(c, fd, deadline_of(c->rcvtimeo_ns));
 		uls_conn_lock(c, RXL);
