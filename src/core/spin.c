@@ -24,7 +24,6 @@ void uls_spin_start(struct uls_spin *s)
 	s->start = uls_now_ns();
 	s->last = s->start;
 	s->last_yield = s->start;
-	s->i = 0;
 	s->calm = s->start < calm_until;
 }
 
@@ -43,7 +42,6 @@ int uls_spin_more(struct uls_spin *s)
 	uls_cpu_relax();
 	/* Every step reads the clock (vDSO, tens of ns): a gap must mean preemption, not a
 	 * caller whose steps are slow. */
-	s->i++;
 	uint64_t now = uls_now_ns();
 	if (now - s->last > PREEMPTED_NS)
 		return contended(now);

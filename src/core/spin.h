@@ -21,7 +21,6 @@ struct uls_spin {
 	uint64_t start;      /* when the wait began */
 	uint64_t last;       /* the clock at the previous check */
 	uint64_t last_yield; /* unlimited budget: when the core was last handed over */
-	unsigned i;
 	int calm;            /* this thread saw contention lately: do not spin */
 };
 
