@@ -418,6 +418,13 @@ int uls_conn_close(struct uls_conn *c, int fd, int do_close)
 		}
 	}
 	atomic_store(&c->closed, 1);
+	if (c->stat && atomic_load(&c->path) == ULS_PATH_SHM && uls_cfg.log_level >= ULS_LOG_INFO) {
+		char names[140];
+		uls_info("fd=%d %s closed: sent %llu bytes, received %llu bytes in this process", fd,
+			 uls_conn_names(c, names, sizeof(names)),
+			 (unsigned long long)atomic_load(&c->stat->tx_bytes),
+			 (unsigned long long)atomic_load(&c->stat->rx_bytes));
+	}
 	if (do_close) {
 		rc = uls_libc.close(fd);
 		err = errno;

@@ -67,14 +67,49 @@ static int can_signal(struct uls_conn *c)
 	return c->role == ULS_SERVER || atomic_load_explicit(&c->me->switched, memory_order_acquire);
 }
 
-void uls_conn_send_token(struct uls_conn *c, int fd)
+int uls_conn_send_token_locked(struct uls_conn *c, int fd)
 {
 	char b = 0;
 
+	if (uls_libc.send(fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1)
+		return 0;
+	atomic_fetch_add_explicit(&c->me->tokens_sent, 1, memory_order_relaxed);
+	return 1;
+}
+
+/*
+ * Wake-ups are sent under the side's token lock, which a revert takes too: a wake-up
+ * byte is either counted in the revert's TCP position or never sent (revert.c).
+ */
+void uls_conn_send_token(struct uls_conn *c, int fd)
+{
 	if (!can_signal(c))
 		return;
-	if (uls_libc.send(fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1)
-		atomic_fetch_add_explicit(&c->me->tokens_sent, 1, memory_order_relaxed);
+	uls_shmlock_acquire(&c->me->token_lock, &c->me->token_owner);
+	if (!atomic_load_explicit(&c->me->tokens_closed, memory_order_relaxed))
+		uls_conn_send_token_locked(c, fd);
+	uls_shmlock_release(&c->me->token_lock, &c->me->token_owner);
+}
+
+/*
+ * A Dekker pair with the reverting peer (revert.c, close_tokens): this side announces
+ * the read and then looks at the peer's flags; the peer sets tokens_closed and then waits
+ * for token_readers to reach zero before it sends data on TCP. Either the reader backs
+ * off, or the peer waits for the read to finish: no data byte is read as a wake-up.
+ */
+int uls_token_read_begin(struct uls_conn *c)
+{
+	atomic_fetch_add(&c->me->token_readers, 1);
+	if (atomic_load(&c->peer->tokens_closed) || atomic_load(&c->peer->tx_reverted)) {
+		atomic_fetch_sub(&c->me->token_readers, 1);
+		return 0;
+	}
+	return 1;
+}
+
+void uls_token_read_end(struct uls_conn *c)
+{
+	atomic_fetch_sub(&c->me->token_readers, 1);
 }
 
 /* Producer: after publishing tail, wake a consumer that announced it sleeps. */
@@ -114,7 +149,7 @@ void uls_conn_drain(struct uls_conn *c, int fd)
 		return;
 	uls_revert_serve(c, fd);
 	/* Past the peer's revert point its TCP bytes are data: rx_try_back counts exactly. */
-	if (atomic_load(&c->peer->tx_reverted) || atomic_load(&c->me->rx_back))
+	if (atomic_load(&c->me->rx_back) || !uls_token_read_begin(c))
 		return;
 	for (;;) {
 		n = uls_libc.recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
@@ -125,7 +160,7 @@ void uls_conn_drain(struct uls_conn *c, int fd)
 				continue;
 			/* Those bytes may have been meant for another waiting thread. */
 			uls_waitq_kick(&c->wq);
-			return;
+			break;
 		}
 		if (n == 0)
 			note_peer_end(c, 0);
@@ -133,8 +168,9 @@ void uls_conn_drain(struct uls_conn *c, int fd)
 			note_peer_end(c, errno == ECONNRESET ? 0 : errno);
 		if (n == 0 || errno != EAGAIN)
 			uls_waitq_kick(&c->wq);
-		return;
+		break;
 	}
+	uls_token_read_end(c);
 }
 
 int uls_conn_sleep_recv(struct uls_conn *c, int fd)
@@ -144,12 +180,16 @@ int uls_conn_sleep_recv(struct uls_conn *c, int fd)
 
 	if (!c->seg.hdr || !rx_token_zone(c) || atomic_load(&c->shut_rd) ||
 	    atomic_load(&c->nonblock) || atomic_load(&c->peer->revert_req) ||
-	    atomic_load(&c->peer->tx_reverted) || atomic_load(&c->me->rx_back))
+	    atomic_load(&c->me->rx_back) || !uls_token_read_begin(c))
 		return 0;
 	/* The kernel applies SA_RESTART itself: an EINTR here would end the program's call. */
 	n = uls_libc.recv(fd, buf, sizeof(buf), 0);
-	if (n > 0) {
+	int err = errno;
+	if (n > 0)
 		atomic_fetch_add_explicit(&c->me->tokens_seen, (uint64_t)n, memory_order_relaxed);
+	uls_token_read_end(c);
+	errno = err;
+	if (n > 0) {
 		uls_waitq_kick(&c->wq);
 		return 1;
 	}
@@ -514,20 +554,30 @@ static ssize_t tcp_recv_before_switch(struct uls_conn *c, int fd, struct msghdr 
 		if (pos - have < limit)
 			limit = (size_t)(pos - have);
 	}
+	/* Until the switch is seen, what follows the data may be wake-ups (read as such). */
+	int tokens = !switched;
+	if (tokens && !uls_token_read_begin(c))
+		return -EALREADY; /* a client reverting has switched first: the limit is exact */
 	if (!switched && !nonblock) {
 		/* A client switching now sees the flag and wakes this reader, or this side
 		 * sees the switch: never both miss (the blocking recvmsg below would wait for
 		 * TCP data that went to the ring). */
 		atomic_store(&c->rx->sh->cons.want_data, 1);
 		uls_fence_heavy(&c->peer->light_fence);
-		if (atomic_load_explicit(&c->peer->switched, memory_order_acquire))
+		if (atomic_load_explicit(&c->peer->switched, memory_order_acquire)) {
+			uls_token_read_end(c);
 			return -EALREADY;
+		}
 	}
 	m.msg_iov = tmp;
 	m.msg_iovlen = (size_t)iov_truncate(msg->msg_iov, (int)msg->msg_iovlen, limit, tmp, 64);
 	/* MSG_WAITALL is ulsock's to apply: the kernel would wait for wake-up bytes too. */
 	n = uls_libc.recvmsg(fd, &m, flags & ~MSG_WAITALL);
 	if (n <= 0) {
+		int err = errno;
+		if (tokens)
+			uls_token_read_end(c);
+		errno = err;
 		/* The end of the client's TCP stream: it closed, unless it only shut down. */
 		if (n == 0 && !(atomic_load(&c->peer->state) & ULS_SIDE_TCP_SHUT))
 			note_peer_end(c, 0);
@@ -545,6 +595,8 @@ static ssize_t tcp_recv_before_switch(struct uls_conn *c, int fd, struct msghdr 
 	}
 	if (!(flags & MSG_PEEK))
 		atomic_fetch_add(&c->me->tcp_data, (uint64_t)n);
+	if (tokens)
+		uls_token_read_end(c);
 	return n > 0 ? n : -EALREADY;
 }
 
@@ -562,17 +614,25 @@ static ssize_t tcp_recv_pending(struct uls_conn *c, int fd, struct msghdr *msg, 
 		uls_fence_heavy(&c->peer->light_fence);
 		if (uls_conn_peer_attached(c))
 			return -EALREADY;
+		/* A server attaching now may send wake-ups, and then revert. */
+		if (!uls_token_read_begin(c))
+			return -EALREADY;
 		n = uls_libc.recvmsg(fd, msg, (flags & ~MSG_WAITALL) | MSG_DONTWAIT);
 		if (n >= 0 || errno != EAGAIN || nonblock)
 			break;
+		uls_token_read_end(c);
 		/* Sleep without consuming: what arrives may be data or a wake-up byte. */
 		int r = uls_wait(c, fd, deadline, 0, max_sleep_ms(c));
 		if (r < 0)
 			return r;
 	}
-	if (n < 0)
-		return -errno;
+	if (n < 0) {
+		n = -errno;
+		uls_token_read_end(c);
+		return n;
+	}
 	if (!uls_conn_peer_attached(c)) {
+		uls_token_read_end(c);
 		/* A ulsock server attaches before it sends anything: this peer never will. */
 		if (n > 0 || !peer_declined(c))
 			uls_conn_set_kernel(c, fd, peer_declined(c) ? "peer declined"
@@ -588,6 +648,7 @@ static ssize_t tcp_recv_pending(struct uls_conn *c, int fd, struct msghdr *msg, 
 		if (n > 0)
 			atomic_fetch_add(&c->me->tokens_seen, (uint64_t)n);
 	}
+	uls_token_read_end(c);
 	return -EALREADY;
 }
 

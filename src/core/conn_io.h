@@ -14,6 +14,14 @@ void uls_conn_lock(struct uls_conn *c, int which);
 void uls_conn_unlock(struct uls_conn *c, int which);
 int uls_conn_peer_attached(struct uls_conn *c);
 void uls_conn_send_token(struct uls_conn *c, int fd);
+/* Sends one wake-up byte and counts it; caller holds the side's token lock. */
+int uls_conn_send_token_locked(struct uls_conn *c, int fd);
+/*
+ * Around every read of the peer's wake-up bytes: begin fails (0) once the peer has
+ * started to move its sending direction back to TCP, whose bytes are data from then on.
+ */
+int uls_token_read_begin(struct uls_conn *c);
+void uls_token_read_end(struct uls_conn *c);
 /* The client moves its sending direction onto the ring. Caller holds the send lock. */
 void uls_conn_client_switch(struct uls_conn *c, int fd);
 void uls_conn_broken(struct uls_conn *c, int fd, const char *what);

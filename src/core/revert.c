@@ -7,12 +7,14 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <string.h>
 #include <time.h>
 
 #include "conn.h"
 #include "conn_io.h"
 #include "cpu.h"
+#include "log.h"
 #include "shmlock.h"
 #include "../preload/libc.h"
 
@@ -94,6 +96,36 @@ static void maybe_all_kernel(struct uls_conn *c, int fd)
 }
 
 /*
+ * Before this side's TCP bytes turn into data again, no call of the peer may be reading
+ * them as wake-ups (conn_io.c, uls_token_read_begin): it could take the first data bytes
+ * for wake-ups. New reads back off once they see tokens_closed; reads already under way
+ * (a sleeper blocked in recv) are woken with wake-ups that still count as such. A peer
+ * that never lets its count fall (killed inside a read, or hostile) delays its own
+ * connection's revert by REVERT_IO_MS, no more. Caller holds the token lock.
+ */
+static void close_tokens(struct uls_conn *c, int fd)
+{
+	uint64_t deadline = uls_now_ns() + REVERT_IO_MS * 1000000ull, next = 0;
+
+	atomic_store(&c->me->tokens_closed, 1);
+	/* A client that never switched sent nothing but data: none is read as a wake-up. */
+	if (c->role == ULS_CLIENT && !atomic_load(&c->me->switched))
+		return;
+	while (atomic_load(&c->peer->token_readers) != 0) {
+		uint64_t now = uls_now_ns();
+		if (now >= deadline) {
+			uls_warn("fd=%d: the peer kept reading wake-ups through a revert", fd);
+			return;
+		}
+		if (now >= next) {
+			uls_conn_send_token_locked(c, fd);
+			next = now + 1000000u;
+		}
+		sched_yield();
+	}
+}
+
+/*
  * Moves this side's sending direction back to TCP. The ring bytes before ring_end count
  * (the consumer reads them from the ring); those from ring_end to the tail are sent
  * again on TCP. From now on this side sends no wake-ups: its TCP bytes are data again.
@@ -108,10 +140,13 @@ static int tx_revert(struct uls_conn *c, int fd, uint64_t ring_end)
 		uls_conn_broken(c, fd, "ring end out of range in a revert");
 		return -EPROTO;
 	}
+	uls_shmlock_acquire(&c->me->token_lock, &c->me->token_owner);
+	close_tokens(c, fd);
 	atomic_store(&c->me->revert_ring_end, ring_end);
 	atomic_store(&c->me->revert_tcp_pos, tcp_sent(c));
 	/* The consumer reads the two fields only after it sees the flag. */
 	atomic_store_explicit(&c->me->tx_reverted, 1, memory_order_seq_cst);
+	uls_shmlock_release(&c->me->token_lock, &c->me->token_owner);
 	for (uint64_t pos = ring_end; pos != tail;) {
 		size_t n = tail - pos < sizeof(buf) ? (size_t)(tail - pos) : sizeof(buf);
 		struct iovec iov = {.iov_base = buf, .iov_len = n};

@@ -116,6 +116,22 @@ class End:
         return out
 
 
+# ulsock[PID]: fd=N LOCAL -> PEER closed: sent X bytes, received Y bytes in this process
+CLOSE_LINE = re.compile(r"^ulsock\[(\d+)\]: fd=(\d+) (\S+) -> (\S+) closed: sent (\d+) bytes, "
+                        r"received (\d+) bytes in this process$")
+
+
+def closed_connections(end):
+    """Byte counts of the accelerated connections end closed, as dicts."""
+    out = []
+    for line in end.log_text().splitlines():
+        m = CLOSE_LINE.match(line.strip())
+        if m:
+            out.append(dict(pid=int(m[1]), fd=int(m[2]), local=m[3], peer=m[4],
+                            sent=int(m[5]), received=int(m[6])))
+    return out
+
+
 class Proc:
     """A process in its own session; output goes to a file in the test's tmp dir."""
 

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from proglib import (assert_fast_path, assert_kernel_path, both_ulsock, free_port,
-                      one_plain, require)
+from proglib import (assert_fast_path, assert_kernel_path, both_ulsock, closed_connections,
+                      free_port, one_plain, require)
 
 
 def start_server(harness, end):
@@ -80,8 +80,14 @@ def test_ping_pong_fast_path(harness, make_end, profile):
 
 @pytest.mark.parametrize("size", [64, 1024, 65000])
 def test_throughput_fast_path(harness, make_end, size):
-    """The server must count exactly the messages the client sent: TCP delivers every
-    byte before the close, and the ring must too."""
+    """Every byte the client's sends accepted reaches the server, as TCP delivers every
+    byte before the close.
+
+    sockperf counts a message as sent when it numbers it, before its send: a send that
+    blocks on a full buffer when the timer's SIGALRM arrives (no SA_RESTART) fails with
+    EINTR or stops part way, on kernel TCP too, and that one message never arrives whole.
+    So the messages may differ by one; the bytes, which ulsock logs for each connection
+    it closes, must match exactly."""
     require("sockperf")
     server_end, client_end = both_ulsock(make_end)
     server, port = start_server(harness, server_end)
@@ -89,8 +95,18 @@ def test_throughput_fast_path(harness, make_end, size):
     time.sleep(1)  # let the server drain what is still queued before SIGINT
     rc, text = stop_server(server)
     assert rc == 0, "sockperf server exited %s:\n%s" % (rc, text[-3000:])
-    assert server_received(text) == sent
+    received = server_received(text)
+    assert sent - 1 <= received <= sent, "client sent %d messages, server got %d" % (
+        sent, received)
     assert_fast_path(server_end, client_end)
+    tx = closed_connections(client_end)
+    rx = closed_connections(server_end)
+    assert len(tx) == 1 and len(rx) == 1, "close lines: client %s, server %s" % (tx, rx)
+    assert tx[0]["received"] == 0 and rx[0]["sent"] == 0
+    assert tx[0]["sent"] == rx[0]["received"], "client sent %d bytes, server got %d" % (
+        tx[0]["sent"], rx[0]["received"])
+    # Whole messages, plus at most the start of the interrupted one.
+    assert received * size <= rx[0]["received"] < (received + 1) * size
 
 
 @pytest.mark.parametrize("accelerated", ["server", "client"])

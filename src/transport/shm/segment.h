@@ -19,7 +19,7 @@
 #include "../../core/ring.h"
 
 #define ULS_SEG_MAGIC 0x0031474553534c55ULL /* "ULSSEG1" */
-#define ULS_SEG_VERSION 2u
+#define ULS_SEG_VERSION 3u
 #define ULS_SEG_HDR_SIZE 4096u
 
 enum { ULS_CLIENT = 0, ULS_SERVER = 1 };
@@ -54,7 +54,9 @@ struct uls_side {
 	/* Line 0: locks serializing this side's threads and processes, per direction. */
 	_Alignas(ULS_CACHELINE) _Atomic uint32_t lock[2]; /* [0] send, [1] receive */
 	_Atomic uint32_t lock_owner[2];                   /* pid holding each lock */
-	uint8_t pad0[ULS_CACHELINE - 16];
+	_Atomic uint32_t token_lock;   /* serializes wake-up sends against a revert */
+	_Atomic uint32_t token_owner;
+	uint8_t pad0[ULS_CACHELINE - 24];
 	/* Line 1: state the peer reads. */
 	_Alignas(ULS_CACHELINE) _Atomic uint32_t state; /* ULS_SIDE_* */
 	_Atomic uint32_t refs;       /* processes of this side mapping the segment */
@@ -69,8 +71,9 @@ struct uls_side {
 	uint8_t pad2[ULS_CACHELINE - 56];
 	/* Line 2: written rarely (wake-ups drained, a revert), read by the peer. */
 	_Alignas(ULS_CACHELINE) _Atomic uint32_t light_fence; /* publishes with light fences */
+	_Atomic uint32_t tokens_closed; /* reverting: no wake-up reads may start (section 8) */
+	_Atomic uint32_t token_readers; /* calls of this side reading wake-ups right now */
 	uint32_t reserved0;
-	uint64_t reserved1;
 	_Atomic uint64_t tokens_seen; /* wake-up bytes consumed from the peer */
 	/* Moving the connection back to kernel TCP in place (docs/protocol.md, section 8). */
 	_Atomic uint32_t revert_req;  /* this side asks the peer to send on TCP again */
