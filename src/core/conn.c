@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "conn_io.h"
 #include "handshake.h"
 #include "log.h"
 #include "../preload/libc.h"
@@ -380,6 +381,7 @@ static void conn_release_shared(struct uls_conn *c)
 				 ULS_SIDE_CLOSED | (atomic_load(&c->linger_reset) ? ULS_SIDE_RESET : 0),
 				 memory_order_seq_cst);
 	peer_state = atomic_load_explicit(&c->peer->state, memory_order_seq_cst);
+	uls_conn_wake_peer(c);
 	/*
 	 * Whoever closes last removes the name. A FIN on the wake-up stream comes only from
 	 * the peer's last close; a peer that died or exec'd away without closing is caught by
@@ -433,6 +435,7 @@ int uls_conn_close(struct uls_conn *c, int fd, int do_close)
 			conn_release_shared(c);
 	}
 	/* Threads still waiting on the connection in this process give up. */
+	uls_conn_wake_self(c);
 	uls_waitq_kick(&c->wq);
 	uls_conn_unhold(c);
 	errno = err;

@@ -11,11 +11,14 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -112,13 +115,30 @@ void uls_token_read_end(struct uls_conn *c)
 	atomic_fetch_sub(&c->me->token_readers, 1);
 }
 
+static void futex_wake_all(_Atomic uint32_t *word)
+{
+	/* Not FUTEX_PRIVATE_FLAG: the sleepers are in the peer's processes. */
+	syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* After moving a ring: wakes the sleepers that *want names (ULS_WANT_*); 1 if any. */
+static int wake_wanted(struct uls_conn *c, int fd, _Atomic uint32_t *want)
+{
+	if (!atomic_load_explicit(want, memory_order_relaxed))
+		return 0;
+	uint32_t w = atomic_exchange(want, 0);
+	if (w & ULS_WANT_FUTEX)
+		futex_wake_all(want);
+	if (w & ULS_WANT_TOKEN)
+		uls_conn_send_token(c, fd);
+	return 1;
+}
+
 /* Producer: after publishing tail, wake a consumer that announced it sleeps. */
 static void wake_consumer(struct uls_conn *c, int fd)
 {
 	uls_fence_light(&c->me->light_fence);
-	int asleep = atomic_load_explicit(&c->tx->sh->cons.want_data, memory_order_relaxed);
-	if (asleep && atomic_exchange(&c->tx->sh->cons.want_data, 0))
-		uls_conn_send_token(c, fd);
+	int asleep = wake_wanted(c, fd, &c->tx->sh->cons.want_data);
 	uls_fence_adapt(&c->me->light_fence, &c->fence_streak[TXL], asleep);
 }
 
@@ -126,10 +146,37 @@ static void wake_consumer(struct uls_conn *c, int fd)
 static void wake_producer(struct uls_conn *c, int fd)
 {
 	uls_fence_light(&c->me->light_fence);
-	int asleep = atomic_load_explicit(&c->rx->sh->prod.want_space, memory_order_relaxed);
-	if (asleep && atomic_exchange(&c->rx->sh->prod.want_space, 0))
-		uls_conn_send_token(c, fd);
+	int asleep = wake_wanted(c, fd, &c->rx->sh->prod.want_space);
 	uls_fence_adapt(&c->me->light_fence, &c->fence_streak[RXL], asleep);
+}
+
+static void futex_kick(_Atomic uint32_t *want)
+{
+	if (atomic_fetch_and(want, ~ULS_WANT_FUTEX) & ULS_WANT_FUTEX)
+		futex_wake_all(want);
+}
+
+/*
+ * Something other than a ring position changed (an end of stream, a close, a revert
+ * request): the peer's threads sleeping on a futex must look. Call after the store that
+ * says what changed; a sleeper sets its bit and then looks, so one of the two sees the
+ * other. Wake-ups by TCP byte are left to the caller (a FIN wakes those by itself).
+ */
+void uls_conn_wake_peer(struct uls_conn *c)
+{
+	if (!c->seg.hdr)
+		return;
+	futex_kick(&c->tx->sh->cons.want_data);
+	futex_kick(&c->rx->sh->prod.want_space);
+}
+
+/* The same for this process's own threads (a local close, shutdown, or the peer's end). */
+void uls_conn_wake_self(struct uls_conn *c)
+{
+	if (!c->seg.hdr)
+		return;
+	futex_kick(&c->rx->sh->cons.want_data);
+	futex_kick(&c->tx->sh->prod.want_space);
 }
 
 static void note_peer_end(struct uls_conn *c, int err)
@@ -137,6 +184,7 @@ static void note_peer_end(struct uls_conn *c, int err)
 	if (err && !atomic_load(&c->peer_err))
 		atomic_store(&c->peer_err, err);
 	atomic_store(&c->peer_gone, 1);
+	uls_conn_wake_self(c);
 }
 
 void uls_conn_drain(struct uls_conn *c, int fd)
@@ -325,12 +373,71 @@ static int max_sleep_ms(struct uls_conn *c)
 	return atomic_load(&c->shared) ? 50 : -1;
 }
 
+/*
+ * How long a call blocked in the data path sleeps on a futex before it sleeps on the TCP
+ * socket instead. Only TCP tells of a peer that died without a close (its FIN or RST),
+ * so the window bounds how late a sleeper learns of it.
+ */
+#define FUTEX_WINDOW_NS 20000000u
+/* The sleep of one futex wait while the peer's light fences cannot be trusted (fence.h). */
+#define FUTEX_BOUNDED_NS 10000000u
+
+/* Does a blocked receive (rx) or send have to look at something besides its ring? */
+static int needs_look(struct uls_conn *c, int rx)
+{
+	if (atomic_load(rx ? &c->shut_rd : &c->shut_wr) || atomic_load(&c->closed))
+		return 1;
+	/* The peer moved its sending direction back to TCP: the receiver follows it there. */
+	if (rx && atomic_load(&c->peer->tx_reverted) && !atomic_load(&c->me->rx_back))
+		return 1;
+	return atomic_load(&c->peer->revert_req) && !atomic_load(&c->me->tx_reverted);
+}
+
+/*
+ * A call blocked in recv or send sleeps on its ring's flag word (a futex in the shared
+ * segment) rather than on the TCP socket: the peer then wakes it with one futex system
+ * call, where a wake-up byte costs a send and a recv through the TCP stack. poll and
+ * epoll still sleep on TCP. After FUTEX_WINDOW_NS without news the caller moves to the
+ * TCP sleep, which a peer's death ends. Returns 0 (look again), 1 (the window is over),
+ * -EINTR or -EAGAIN (deadline).
+ */
+static int futex_sleep(struct uls_conn *c, _Atomic uint32_t *want, uint64_t deadline, int rx,
+		       int (*ready)(struct uls_conn *))
+{
+	uint64_t until = uls_now_ns() + FUTEX_WINDOW_NS;
+
+	if (deadline && deadline < until)
+		until = deadline;
+	for (;;) {
+		/* A locked instruction: the full fence between the flag and the re-check. */
+		uint32_t v = atomic_fetch_or(want, ULS_WANT_FUTEX) | ULS_WANT_FUTEX;
+		int trusted = uls_fence_heavy(&c->peer->light_fence);
+		if (ready(c) || needs_look(c, rx))
+			return 0;
+		uint64_t now = uls_now_ns();
+		if (now >= until)
+			return deadline && now >= deadline ? -EAGAIN : 1;
+		uint64_t ns = until - now;
+		if (!trusted && ns > FUTEX_BOUNDED_NS)
+			ns = FUTEX_BOUNDED_NS;
+		struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+		uls_signal_clear();
+		/* Returns at once when the word no longer holds v: the peer moved meanwhile. */
+		if (syscall(SYS_futex, want, FUTEX_WAIT, v, &ts, NULL, 0) < 0 && errno == EINTR &&
+		    (deadline || uls_signals_interrupt()))
+			return -EINTR;
+	}
+}
+
 /* Sleeps until the receive ring may have changed. Returns 0, -EINTR or -EAGAIN. */
 static int wait_rx(struct uls_conn *c, int fd, uint64_t deadline)
 {
 	if (spin_until(c, fd, deadline, rx_ready))
 		return 0;
-	atomic_store(&c->rx->sh->cons.want_data, 1);
+	int r = futex_sleep(c, &c->rx->sh->cons.want_data, deadline, 1, rx_ready);
+	if (r != 1)
+		return r;
+	atomic_fetch_or(&c->rx->sh->cons.want_data, ULS_WANT_TOKEN);
 	int bound = uls_fence_heavy(&c->peer->light_fence) ? max_sleep_ms(c) : 10;
 	if (rx_ready(c))
 		return 0;
@@ -342,7 +449,10 @@ static int wait_tx(struct uls_conn *c, int fd, uint64_t deadline, int *backoff_m
 {
 	if (spin_until(c, fd, deadline, tx_ready))
 		return 0;
-	atomic_store(&c->tx->sh->prod.want_space, 1);
+	int r = futex_sleep(c, &c->tx->sh->prod.want_space, deadline, 0, tx_ready);
+	if (r != 1)
+		return r;
+	atomic_fetch_or(&c->tx->sh->prod.want_space, ULS_WANT_TOKEN);
 	int bound = uls_fence_heavy(&c->peer->light_fence) ? max_sleep_ms(c) : 10;
 	if (tx_ready(c))
 		return 0;
@@ -355,7 +465,7 @@ static int wait_tx(struct uls_conn *c, int fd, uint64_t deadline, int *backoff_m
 		/* POLLRDHUP alone still tells when the peer's socket is gone. */
 		struct pollfd p = {.fd = fd, .events = POLLRDHUP};
 		uls_signal_clear();
-		int r = uls_libc.poll(&p, 1, *backoff_ms);
+		r = uls_libc.poll(&p, 1, *backoff_ms);
 		if (r < 0)
 			return errno == EINTR && (deadline || uls_signals_interrupt()) ? -EINTR : 0;
 		if (r > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) &&
@@ -562,7 +672,7 @@ static ssize_t tcp_recv_before_switch(struct uls_conn *c, int fd, struct msghdr 
 		/* A client switching now sees the flag and wakes this reader, or this side
 		 * sees the switch: never both miss (the blocking recvmsg below would wait for
 		 * TCP data that went to the ring). */
-		atomic_store(&c->rx->sh->cons.want_data, 1);
+		atomic_fetch_or(&c->rx->sh->cons.want_data, ULS_WANT_TOKEN);
 		uls_fence_heavy(&c->peer->light_fence);
 		if (atomic_load_explicit(&c->peer->switched, memory_order_acquire)) {
 			uls_token_read_end(c);
@@ -610,7 +720,7 @@ static ssize_t tcp_recv_pending(struct uls_conn *c, int fd, struct msghdr *msg, 
 
 	for (;;) {
 		/* A server that attaches later must wake this reader through the ring. */
-		atomic_store(&c->rx->sh->cons.want_data, 1);
+		atomic_fetch_or(&c->rx->sh->cons.want_data, ULS_WANT_TOKEN);
 		uls_fence_heavy(&c->peer->light_fence);
 		if (uls_conn_peer_attached(c))
 			return -EALREADY;
@@ -833,6 +943,7 @@ int uls_conn_shutdown(struct uls_conn *c, int fd, int how)
 			atomic_store(&c->tx->sh->prod.eof, 1);
 			uls_conn_unlock(c, TXL);
 			atomic_thread_fence(memory_order_seq_cst);
+			uls_conn_wake_peer(c);
 			uls_conn_send_token(c, fd);
 		}
 		atomic_store(&c->shut_wr, 1);
@@ -848,6 +959,7 @@ int uls_conn_shutdown(struct uls_conn *c, int fd, int how)
 	 */
 	if (how != SHUT_WR)
 		uls_libc.shutdown(fd, how);
+	uls_conn_wake_self(c);
 	uls_waitq_kick(&c->wq);
 	return 0;
 }
@@ -897,9 +1009,9 @@ void uls_conn_arm(struct uls_conn *c, int events)
 	 * never learn that the data moved to the ring.
 	 */
 	if ((events & POLLIN) && c->seg.hdr)
-		atomic_store(&c->rx->sh->cons.want_data, 1);
+		atomic_fetch_or(&c->rx->sh->cons.want_data, ULS_WANT_TOKEN);
 	if ((events & POLLOUT) && !(parts & ULS_KERNEL_TX))
-		atomic_store(&c->tx->sh->prod.want_space, 1);
+		atomic_fetch_or(&c->tx->sh->prod.want_space, ULS_WANT_TOKEN);
 	if (c->seg.hdr)
 		uls_fence_heavy(&c->peer->light_fence);
 	else

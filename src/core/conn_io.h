@@ -20,6 +20,12 @@ int uls_conn_send_token_locked(struct uls_conn *c, int fd);
  * Around every read of the peer's wake-up bytes: begin fails (0) once the peer has
  * started to move its sending direction back to TCP, whose bytes are data from then on.
  */
+/*
+ * Wakes the threads that sleep on a futex in the rings (conn_io.c, futex_sleep) after a
+ * change that is not a ring position: the peer's threads, or this process's own.
+ */
+void uls_conn_wake_peer(struct uls_conn *c);
+void uls_conn_wake_self(struct uls_conn *c);
 int uls_token_read_begin(struct uls_conn *c);
 void uls_token_read_end(struct uls_conn *c);
 /* The client moves its sending direction onto the ring. Caller holds the send lock. */

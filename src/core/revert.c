@@ -147,6 +147,7 @@ static int tx_revert(struct uls_conn *c, int fd, uint64_t ring_end)
 	/* The consumer reads the two fields only after it sees the flag. */
 	atomic_store_explicit(&c->me->tx_reverted, 1, memory_order_seq_cst);
 	uls_shmlock_release(&c->me->token_lock, &c->me->token_owner);
+	uls_conn_wake_peer(c);
 	for (uint64_t pos = ring_end; pos != tail;) {
 		size_t n = tail - pos < sizeof(buf) ? (size_t)(tail - pos) : sizeof(buf);
 		struct iovec iov = {.iov_base = buf, .iov_len = n};
@@ -242,6 +243,7 @@ int uls_conn_revert(struct uls_conn *c, int fd, int timeout_ms)
 	    !(atomic_load(&c->me->state) & ULS_SIDE_TCP_SHUT))
 		uls_conn_client_switch(c, fd);
 	atomic_store_explicit(&c->me->revert_req, 1, memory_order_seq_cst);
+	uls_conn_wake_peer(c);
 	uls_conn_send_token(c, fd);
 	if (!atomic_load(&c->me->tx_reverted))
 		r = tx_revert(c, fd, atomic_load(&c->tx->sh->prod.tail));

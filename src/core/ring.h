@@ -28,7 +28,7 @@ struct uls_ring_prod {
 	_Alignas(ULS_CACHELINE) _Atomic uint64_t tail; /* bytes ever published */
 	uint8_t pad0[ULS_CACHELINE - 8];
 	_Alignas(ULS_CACHELINE) _Atomic uint32_t eof; /* 1: nothing will follow tail */
-	_Atomic uint32_t want_space; /* 1: the producer sleeps until head moves */
+	_Atomic uint32_t want_space; /* ULS_WANT_*: the producer sleeps until head moves */
 	uint8_t pad1[ULS_CACHELINE - 8];
 };
 
@@ -36,10 +36,19 @@ struct uls_ring_prod {
 struct uls_ring_cons {
 	_Alignas(ULS_CACHELINE) _Atomic uint64_t head; /* bytes ever consumed */
 	uint8_t pad0[ULS_CACHELINE - 8];
-	_Alignas(ULS_CACHELINE) _Atomic uint32_t want_data; /* 1: the consumer sleeps */
+	_Alignas(ULS_CACHELINE) _Atomic uint32_t want_data; /* ULS_WANT_*: the consumer sleeps */
 	_Atomic uint32_t closed; /* 1: the consumer will never read again */
 	uint8_t pad1[ULS_CACHELINE - 8];
 };
+
+/*
+ * How a sleeper wants to be woken when the other side moves the ring: a byte on TCP (for
+ * poll and epoll, which sleep in the kernel on the socket), a FUTEX_WAKE on the flag word
+ * itself (for a call blocked in recv or send), or both. The mover exchanges the word for 0
+ * and does what it finds.
+ */
+#define ULS_WANT_TOKEN 0x1u
+#define ULS_WANT_FUTEX 0x2u
 
 struct uls_ring_shared {
 	struct uls_ring_prod prod;
