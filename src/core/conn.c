@@ -182,9 +182,29 @@ void uls_conn_nodelay(struct uls_conn *c, int fd)
 	int one = 1, cur = 0;
 	socklen_t len = sizeof(cur);
 
-	if (uls_libc.getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &cur, &len) == 0)
-		atomic_store(&c->app_nodelay, cur);
-	uls_libc.setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (atomic_load_explicit(&c->nodelay_forced, memory_order_acquire))
+		return;
+	pthread_mutex_lock(&c->mu);
+	if (!atomic_load(&c->nodelay_forced)) {
+		if (uls_libc.getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &cur, &len) == 0)
+			atomic_store(&c->app_nodelay, cur);
+		uls_libc.setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		atomic_store_explicit(&c->nodelay_forced, 1, memory_order_release);
+	}
+	pthread_mutex_unlock(&c->mu);
+}
+
+int uls_conn_set_app_nodelay(struct uls_conn *c, int fd, int on)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&c->mu);
+	if (!atomic_load(&c->nodelay_forced))
+		r = uls_libc.setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+	if (r == 0)
+		atomic_store(&c->app_nodelay, on != 0);
+	pthread_mutex_unlock(&c->mu);
+	return r;
 }
 
 void uls_conn_set_kernel(struct uls_conn *c, int fd, const char *reason)
@@ -283,7 +303,6 @@ static const char *server_attach(struct uls_conn *c, int fd, char *why, size_t w
 	bind_role(c, ULS_SERVER);
 	atomic_store(&c->me->cookie, uls_sock_cookie(fd));
 	/* Release: a client that sees ATTACHED sees the cookie, and every later ring write. */
-	uls_conn_nodelay(c, fd);
 	atomic_fetch_or_explicit(&c->me->state, ULS_SIDE_ATTACHED, memory_order_seq_cst);
 	/* Both sides store, fence, then read: a client going back to TCP sees ATTACHED, or
 	 * this side sees its request and stays off the ring. */
@@ -368,6 +387,18 @@ static int socket_gone(const struct sockaddr_storage *self, const struct sockadd
 }
 
 /*
+ * Is the peer's last attached process still there? Then it removes the name itself when
+ * it closes, and the kernel need not be asked (a sock_diag round trip per close). A pid
+ * reused meanwhile only leaves the name to the sweep.
+ */
+static int peer_pid_alive(struct uls_conn *c)
+{
+	pid_t pid = (pid_t)atomic_load(&c->peer->pid);
+
+	return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+}
+
+/*
  * The last holder of our socket closed it: tell the peer, and remove the segment's name
  * when nobody can need it any more.
  */
@@ -393,7 +424,8 @@ static void conn_release_shared(struct uls_conn *c)
 	 * client is gone without having done so.
 	 */
 	if (c->role == ULS_CLIENT || (peer_state & ULS_SIDE_CLOSED) ||
-	    atomic_load(&c->peer_gone) || socket_gone(&c->peer_sa, &c->local_sa))
+	    atomic_load(&c->peer_gone) ||
+	    (!peer_pid_alive(c) && socket_gone(&c->peer_sa, &c->local_sa)))
 		uls_seg_remove(&c->seg);
 }
 

@@ -53,6 +53,7 @@ struct uls_conn {
 	int logged;
 	_Atomic int shared; /* another process may hold the socket (fork, exec, SCM_RIGHTS) */
 	_Atomic int app_nodelay; /* TCP_NODELAY as the program set it (the kernel's is 1) */
+	_Atomic int nodelay_forced; /* this process set TCP_NODELAY for wake-ups (under mu) */
 	struct uls_stat_rec *stat;
 	struct uls_conn *next; /* process-wide list */
 };
@@ -83,8 +84,14 @@ struct uls_conn *uls_conn_accept(int fd, const struct sockaddr *peer, socklen_t 
 /* A socket this process did not create or accept (exec, SCM_RIGHTS): finds its segment. */
 struct uls_conn *uls_conn_adopt(int fd);
 
-/* Wake-up bytes must not wait for Nagle: the kernel socket gets TCP_NODELAY. */
+/*
+ * Wake-up bytes must not wait for Nagle: the kernel socket gets TCP_NODELAY before the
+ * first one is sent (not before: most short connections never send one). From then on
+ * the program's own setting is only remembered (app_nodelay).
+ */
 void uls_conn_nodelay(struct uls_conn *c, int fd);
+/* setsockopt(TCP_NODELAY) by the program: returns what setsockopt returns, with errno. */
+int uls_conn_set_app_nodelay(struct uls_conn *c, int fd, int on);
 void uls_conn_set_kernel(struct uls_conn *c, int fd, const char *reason);
 void uls_conn_log_path(struct uls_conn *c, int fd);
 /* "LOCAL -> PEER", for log lines. */

@@ -74,6 +74,7 @@ int uls_conn_send_token_locked(struct uls_conn *c, int fd)
 {
 	char b = 0;
 
+	uls_conn_nodelay(c, fd);
 	if (uls_libc.send(fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1)
 		return 0;
 	atomic_fetch_add_explicit(&c->me->tokens_sent, 1, memory_order_relaxed);
@@ -259,7 +260,6 @@ int uls_conn_sleep_recv(struct uls_conn *c, int fd)
 /* The client moves its sending direction onto the ring. Caller holds the send lock. */
 void uls_conn_client_switch(struct uls_conn *c, int fd)
 {
-	uls_conn_nodelay(c, fd);
 	atomic_store_explicit(&c->me->switch_pos, atomic_load(&c->me->tcp_data),
 			      memory_order_relaxed);
 	/* Release: the server reads switch_pos only after it sees switched. */
@@ -719,6 +719,9 @@ static ssize_t tcp_recv_pending(struct uls_conn *c, int fd, struct msghdr *msg, 
 	ssize_t n;
 
 	for (;;) {
+		/* The flag costs the server a wake-up byte: not when it attached already. */
+		if (uls_conn_peer_attached(c))
+			return -EALREADY;
 		/* A server that attaches later must wake this reader through the ring. */
 		atomic_fetch_or(&c->rx->sh->cons.want_data, ULS_WANT_TOKEN);
 		uls_fence_heavy(&c->peer->light_fence);

@@ -186,7 +186,7 @@ static uint64_t tv_ns(const void *val, socklen_t len)
 	return (uint64_t)tv->tv_sec * 1000000000u + (uint64_t)tv->tv_usec * 1000u;
 }
 
-/* The conn of fd when its kernel socket carries wake-up bytes (TCP_NODELAY is ours). */
+/* The conn of fd when its kernel socket may carry wake-up bytes (TCP_NODELAY is ours). */
 static struct uls_conn *waking_conn(int fd)
 {
 	struct uls_conn *c = uls_fd_conn(fd);
@@ -201,7 +201,8 @@ ULS_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len
 	int r = uls_libc.getsockopt(fd, level, name, val, len);
 
 	if (r == 0 && level == IPPROTO_TCP && name == TCP_NODELAY && val && len &&
-	    *len >= sizeof(int) && (c = waking_conn(fd)) != NULL)
+	    *len >= sizeof(int) && (c = waking_conn(fd)) != NULL &&
+	    atomic_load(&c->nodelay_forced))
 		*(int *)val = atomic_load(&c->app_nodelay);
 	return r;
 }
@@ -215,9 +216,8 @@ ULS_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_
 
 	if (level == IPPROTO_TCP && name == TCP_NODELAY && val && len >= sizeof(int) &&
 	    (c = waking_conn(fd)) != NULL) {
-		/* Remember the program's choice; the socket keeps TCP_NODELAY for wake-ups. */
-		atomic_store(&c->app_nodelay, *(const int *)val != 0);
-		return 0;
+		/* Once wake-ups flow the socket keeps TCP_NODELAY: the choice is remembered. */
+		return uls_conn_set_app_nodelay(c, fd, *(const int *)val);
 	}
 	r = uls_libc.setsockopt(fd, level, name, val, len);
 
