@@ -974,9 +974,22 @@ int uls_conn_kernel_parts(struct uls_conn *c)
 	if (atomic_load(&c->me->rx_back) || atomic_load(&c->me->tx_reverted))
 		return (atomic_load(&c->me->rx_back) ? ULS_KERNEL_RX : 0) |
 		       (atomic_load(&c->me->tx_reverted) ? ULS_KERNEL_TX : 0);
+	/*
+	 * Once both directions run on the rings, only this side's own revert or fallback
+	 * (checked above) ends it: the peer's attach and switch are for good. Caching that
+	 * keeps poll and epoll, which ask for every socket in the set on every pass, off the
+	 * peer's cache lines.
+	 */
+	if (atomic_load_explicit(&c->on_rings, memory_order_relaxed))
+		return 0;
+	int parts;
 	if (c->role == ULS_CLIENT)
-		return uls_conn_peer_attached(c) ? 0 : ULS_KERNEL_RX | ULS_KERNEL_TX;
-	return rx_token_zone(c) ? 0 : ULS_KERNEL_RX;
+		parts = uls_conn_peer_attached(c) ? 0 : ULS_KERNEL_RX | ULS_KERNEL_TX;
+	else
+		parts = rx_token_zone(c) ? 0 : ULS_KERNEL_RX;
+	if (!parts)
+		atomic_store_explicit(&c->on_rings, 1, memory_order_relaxed);
+	return parts;
 }
 
 int uls_conn_ready(struct uls_conn *c, int events)
