@@ -438,6 +438,12 @@ int uls_conn_close(struct uls_conn *c, int fd, int do_close)
 	pthread_mutex_unlock(&c->mu);
 	if (!last)
 		return do_close ? uls_libc.close(fd) : 0;
+	/* A signal handler closes the socket of the call it interrupted: keep the conn for
+	 * that call, which drops this hold when it returns (conn_io.c, solo_end). */
+	if (uls_solo_call == c && !atomic_load(&c->solo_hold)) {
+		atomic_fetch_add(&c->life, 1);
+		atomic_store(&c->solo_hold, 1);
+	}
 	/* Wake-up bytes left unread make the kernel reset instead of close; but with other
 	 * holders of the socket they may be another process's wake-up: leave them. */
 	if (c->seg.hdr && atomic_load(&c->path) != ULS_PATH_KERNEL && !atomic_load(&c->shared))

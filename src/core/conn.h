@@ -53,6 +53,7 @@ struct uls_conn {
 	int logged;
 	_Atomic int shared; /* another process may hold the socket (fork, exec, SCM_RIGHTS) */
 	_Atomic int app_nodelay; /* TCP_NODELAY as the program set it (the kernel's is 1) */
+	_Atomic int solo_hold; /* a signal handler's close held the conn for a solo call */
 	_Atomic int on_rings; /* kernel_parts found both directions on the rings (cache) */
 	_Atomic int nodelay_forced; /* this process set TCP_NODELAY for wake-ups (under mu) */
 	struct uls_stat_rec *stat;

@@ -43,6 +43,78 @@ void uls_conn_unlock(struct uls_conn *c, int which)
 	uls_shmlock_release(&c->me->lock[which], &c->me->lock_owner[which]);
 }
 
+/*
+ * The single-threaded fast path. In a process with one thread (glibc's
+ * __libc_single_threaded, which the first thread creation clears for good) and with a
+ * socket that no other process holds (c->shared), nothing but a signal handler of this
+ * thread can run on the connection during a send or receive, and a handler runs to its
+ * end before the call goes on. Such a call takes neither its direction's lock nor a hold
+ * on the conn: each is a locked instruction, and a locked instruction waits until the
+ * call's ring stores have left the store buffer (the lock's release alone was half the
+ * time of a 64-byte send). A handler that closes the socket meanwhile takes the hold on
+ * the call's behalf (uls_conn_close); one that sends or receives on the same socket gets
+ * EINTR, since the call it interrupted is half way through the ring.
+ */
+__thread struct uls_conn *uls_solo_call __attribute__((tls_model("initial-exec")));
+static __thread int solo_dir __attribute__((tls_model("initial-exec")));
+
+#if __has_include(<sys/single_threaded.h>)
+#include <sys/single_threaded.h>
+#define SINGLE_THREADED() (__libc_single_threaded != 0)
+#else
+#define SINGLE_THREADED() 0
+#endif
+
+/*
+ * 1: the call (direction dir) runs solo, end it with solo_end; 0: it holds and locks;
+ * or -errno. A signal handler's call on the other direction of the interrupted call's
+ * connection takes the locked path, and the interrupted call counts as holding its
+ * direction's lock (uls_conn_trylock).
+ */
+static int solo_begin(struct uls_conn *c, int dir)
+{
+	if (!SINGLE_THREADED() || atomic_load_explicit(&c->shared, memory_order_relaxed))
+		return 0;
+	if (uls_solo_call) /* inside a signal handler */
+		return uls_solo_call == c && solo_dir == dir ? -EINTR : 0;
+	if (atomic_load_explicit(&c->closed, memory_order_relaxed))
+		return -EBADF;
+	solo_dir = dir;
+	uls_solo_call = c;
+	atomic_signal_fence(memory_order_seq_cst);
+	return 1;
+}
+
+int uls_conn_trylock(struct uls_conn *c, int which)
+{
+	if (uls_solo_call == c && solo_dir == which)
+		return 0;
+	return uls_shmlock_try(&c->me->lock[which], &c->me->lock_owner[which]);
+}
+
+static void solo_end(struct uls_conn *c)
+{
+	atomic_signal_fence(memory_order_seq_cst);
+	uls_solo_call = NULL;
+	atomic_signal_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&c->solo_hold, memory_order_relaxed)) {
+		atomic_store_explicit(&c->solo_hold, 0, memory_order_relaxed);
+		uls_conn_unhold(c);
+	}
+}
+
+static void dir_lock(struct uls_conn *c, int which)
+{
+	if (uls_solo_call != c)
+		uls_conn_lock(c, which);
+}
+
+static void dir_unlock(struct uls_conn *c, int which)
+{
+	if (uls_solo_call != c)
+		uls_conn_unlock(c, which);
+}
+
 int uls_conn_peer_attached(struct uls_conn *c)
 {
 	/* Acquire: pairs with the server's seq_cst store of ATTACHED. */
@@ -575,9 +647,9 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 		}
 		if (atomic_load(&c->closed))
 			return done ? (ssize_t)done : -EBADF;
-		uls_conn_unlock(c, TXL);
+		dir_unlock(c, TXL);
 		int r = wait_tx(c, fd, deadline, &backoff);
-		uls_conn_lock(c, TXL);
+		dir_lock(c, TXL);
 		if (r < 0)
 			return done ? (ssize_t)done : r;
 	}
@@ -591,14 +663,14 @@ static ssize_t conn_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 
 	if (atomic_load(&c->shut_wr))
 		return send_epipe(c, flags);
-	uls_conn_lock(c, TXL);
+	dir_lock(c, TXL);
 	uls_revert_serve_locked(c, fd);
 	if (atomic_load(&c->me->tx_reverted)) {
 		/* Back on TCP: the bytes follow the resent ring bytes there. */
 		struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
 		n = uls_libc.sendmsg(fd, &m, flags);
 		n = n < 0 ? -errno : n;
-		uls_conn_unlock(c, TXL);
+		dir_unlock(c, TXL);
 		return n;
 	}
 	if (c->role == ULS_CLIENT && !atomic_load(&c->me->switched)) {
@@ -610,7 +682,7 @@ static ssize_t conn_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 				atomic_fetch_add(&c->me->tcp_data, (uint64_t)n);
 			n = n < 0 ? -errno : n;
 			stat_add(c->stat ? &c->stat->tx_bytes : NULL, n);
-			uls_conn_unlock(c, TXL);
+			dir_unlock(c, TXL);
 			if (peer_declined(c))
 				uls_conn_set_kernel(c, fd, "peer declined");
 			return n;
@@ -619,7 +691,7 @@ static ssize_t conn_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 	}
 	n = total ? ring_send(c, fd, iov, iovcnt, total, flags) : 0;
 	stat_add(c->stat ? &c->stat->tx_bytes : NULL, n);
-	uls_conn_unlock(c, TXL);
+	dir_unlock(c, TXL);
 	return n;
 }
 
@@ -828,9 +900,9 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 			if (atomic_load(&c->me->tx_reverted))
 				continue;
 		}
-		uls_conn_unlock(c, RXL);
+		dir_unlock(c, RXL);
 		int r = wait_rx(c, fd, deadline_of(c->rcvtimeo_ns));
-		uls_conn_lock(c, RXL);
+		dir_lock(c, RXL);
 		if (r < 0)
 			return r;
 	}
@@ -853,7 +925,7 @@ static ssize_t conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 		return 0;
 	if (total == 0)
 		return 0;
-	uls_conn_lock(c, RXL);
+	dir_lock(c, RXL);
 	for (;;) {
 		struct msghdr m = *msg;
 		if (done) {
@@ -876,7 +948,7 @@ static ssize_t conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 				uls_conn_log_path(c, fd);
 			}
 			if (c->role == ULS_CLIENT && !atomic_load(&c->me->switched) &&
-			    uls_shmlock_try(&c->me->lock[TXL], &c->me->lock_owner[TXL])) {
+			    uls_conn_trylock(c, TXL)) {
 				/* Switch now, so this side can send wake-ups for the ring. */
 				if (!atomic_load(&c->me->switched) &&
 				    !(atomic_load(&c->me->state) & ULS_SIDE_TCP_SHUT))
@@ -898,7 +970,7 @@ static ssize_t conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 		n = (ssize_t)done;
 	if (!(flags & MSG_PEEK))
 		stat_add(c->stat ? &c->stat->rx_bytes : NULL, n);
-	uls_conn_unlock(c, RXL);
+	dir_unlock(c, RXL);
 	return n;
 }
 
@@ -907,7 +979,15 @@ ssize_t uls_conn_send(struct uls_conn *c, int fd, const struct iovec *iov, int i
 		      int flags)
 {
 	ssize_t n;
+	int solo = solo_begin(c, TXL);
 
+	if (solo < 0)
+		return solo;
+	if (solo) {
+		n = conn_send(c, fd, iov, iovcnt, flags);
+		solo_end(c);
+		return n;
+	}
 	if (!uls_conn_hold(c))
 		return -EBADF;
 	n = conn_send(c, fd, iov, iovcnt, flags);
@@ -918,7 +998,15 @@ ssize_t uls_conn_send(struct uls_conn *c, int fd, const struct iovec *iov, int i
 ssize_t uls_conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags)
 {
 	ssize_t n;
+	int solo = solo_begin(c, RXL);
 
+	if (solo < 0)
+		return solo;
+	if (solo) {
+		n = conn_recv(c, fd, msg, flags);
+		solo_end(c);
+		return n;
+	}
 	if (!uls_conn_hold(c))
 		return -EBADF;
 	n = conn_recv(c, fd, msg, flags);

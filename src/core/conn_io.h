@@ -10,8 +10,13 @@
 
 enum { TXL = 0, RXL = 1 }; /* the side's send and receive locks */
 
+/* The conn of the send or receive this thread runs solo (conn_io.c), or NULL. */
+extern __thread struct uls_conn *uls_solo_call __attribute__((tls_model("initial-exec")));
+
 void uls_conn_lock(struct uls_conn *c, int which);
 void uls_conn_unlock(struct uls_conn *c, int which);
+/* Takes a direction's lock if free (1); a solo call of this thread counts as its holder. */
+int uls_conn_trylock(struct uls_conn *c, int which);
 int uls_conn_peer_attached(struct uls_conn *c);
 void uls_conn_send_token(struct uls_conn *c, int fd);
 /* Sends one wake-up byte and counts it; caller holds the side's token lock. */

@@ -176,7 +176,7 @@ void uls_revert_serve(struct uls_conn *c, int fd)
 {
 	if (!atomic_load(&c->peer->revert_req) || atomic_load(&c->me->tx_reverted))
 		return;
-	if (uls_shmlock_try(&c->me->lock[TXL], &c->me->lock_owner[TXL])) {
+	if (uls_conn_trylock(c, TXL)) {
 		uls_revert_serve_locked(c, fd);
 		uls_conn_unlock(c, TXL);
 	}

@@ -8,7 +8,12 @@
  */
 #include "calls_common.h"
 
+#include <sys/time.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
+#if __has_include(<sys/single_threaded.h>)
+#include <sys/single_threaded.h>
+#endif
 
 #define SEED_UP 1u   /* child -> parent */
 #define SEED_DOWN 2u /* parent -> child */
@@ -806,6 +811,167 @@ static void case_eintr_send(CALLS_ARGS)
 	calls_pair_close(&p);
 }
 
+/*
+ * ulsock runs the calls of a single-threaded process without locks (conn_io.c, the solo
+ * path). These cases stay single-threaded, with signals from interval timers in place of
+ * the kicker thread, and check what a signal handler can do to such a call.
+ */
+static void solo_timer(long usec)
+{
+	struct itimerval it = {.it_interval = {0, usec}, .it_value = {0, usec}};
+	CHECK(setitimer(ITIMER_REAL, &it, NULL) == 0);
+}
+
+static void solo_check_single_threaded(void)
+{
+#if __has_include(<sys/single_threaded.h>)
+	CHECK(__libc_single_threaded);
+#endif
+}
+
+/* 16 MiB both ways in odd-sized writes and reads while SIGALRM arrives every 200 us. */
+static void case_solo_signals(CALLS_ARGS)
+{
+	const uint64_t total = 16u << 20;
+	struct calls_pair p;
+	unsigned char buf[3001];
+
+	calls_pair_open(&p, AF_INET);
+	calls_on_signal(SIGALRM, SA_RESTART);
+	solo_check_single_threaded();
+	solo_timer(200);
+	unsigned seed_out = p.child == 0 ? SEED_UP : SEED_DOWN;
+	unsigned seed_in = p.child == 0 ? SEED_DOWN : SEED_UP;
+	uint64_t sent = 0, got = 0;
+	size_t step = 1;
+	CHECK(fcntl(p.fd, F_SETFL, O_NONBLOCK) == 0);
+	while (sent < total || got < total) {
+		struct pollfd pf = {.fd = p.fd, .events = (short)(POLLIN | (sent < total ? POLLOUT : 0))};
+		int r = poll(&pf, 1, 10000);
+		if (r < 0 && errno == EINTR)
+			continue;
+		CHECK(r > 0);
+		if (sent < total && (pf.revents & POLLOUT)) {
+			size_t n = step % sizeof(buf) + 1;
+			if (n > total - sent)
+				n = (size_t)(total - sent);
+			calls_pat_fill(buf, sent, n, seed_out);
+			ssize_t w = send(p.fd, buf, n, 0);
+			if (w > 0)
+				sent += (uint64_t)w;
+			else
+				CHECK(errno == EAGAIN || errno == EINTR);
+			step = step * 7 + 3;
+		}
+		if (pf.revents & (POLLIN | POLLHUP)) {
+			ssize_t n = recv(p.fd, buf, (step % sizeof(buf)) + 1, 0);
+			if (n > 0) {
+				for (ssize_t i = 0; i < n; i++)
+					CHECK_EQ(buf[i], calls_pat(got + (uint64_t)i, seed_in));
+				got += (uint64_t)n;
+			} else {
+				CHECK(n < 0 && (errno == EAGAIN || errno == EINTR));
+			}
+		}
+	}
+	solo_timer(0);
+	CHECK(calls_sig_count > 0);
+	CHECK(fcntl(p.fd, F_SETFL, 0) == 0);
+	CHECK(shutdown(p.fd, SHUT_WR) == 0);
+	calls_expect_eof(p.fd);
+	calls_pair_close(&p);
+}
+
+static int solo_fd = -1;
+static volatile sig_atomic_t solo_handler_ret = -2, solo_handler_errno;
+
+static void solo_close_handler(int sig)
+{
+	(void)sig;
+	solo_handler_ret = close(solo_fd);
+}
+
+static void solo_send_handler(int sig)
+{
+	(void)sig;
+	int e = errno;
+	solo_handler_ret = (int)send(solo_fd, "h", 1, MSG_DONTWAIT);
+	solo_handler_errno = errno;
+	errno = e;
+}
+
+static void solo_on(int sig, void (*fn)(int))
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = fn;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	CHECK(sigaction(sig, &sa, NULL) == 0);
+}
+
+/*
+ * A handler closes the socket its process is blocked in recv on. Kernel TCP lets the recv
+ * go on until data comes; ulsock may end it with EBADF instead. Neither may crash or hang.
+ */
+static void case_solo_handler_close(CALLS_ARGS)
+{
+	struct calls_pair p;
+	char c = 0;
+
+	calls_pair_open(&p, AF_INET);
+	if (p.child == 0) {
+		calls_await(&p);
+		usleep(300 * 1000);
+		/* The parent's socket may be closed by now: EPIPE is fine, SIGPIPE is not. */
+		ssize_t w = send(p.fd, "z", 1, MSG_NOSIGNAL);
+		CHECK(w == 1 || (w == -1 && (errno == EPIPE || errno == ECONNRESET)));
+		calls_pair_close(&p);
+	}
+	solo_check_single_threaded();
+	solo_fd = p.fd;
+	solo_on(SIGALRM, solo_close_handler);
+	calls_post(&p, 'g');
+	alarm(0);
+	struct itimerval it = {.it_value = {0, 100 * 1000}};
+	CHECK(setitimer(ITIMER_REAL, &it, NULL) == 0);
+	ssize_t r = recv(p.fd, &c, 1, 0);
+	CHECK_EQ(solo_handler_ret, 0);
+	CHECK(r == 1 ? c == 'z' : (r == -1 && errno == EBADF));
+	CHECK(waitpid(p.child, NULL, 0) == p.child);
+}
+
+/*
+ * A handler sends on the socket whose receive it interrupted: the other direction, so it
+ * must go through, and the blocked recv must then get the peer's answer.
+ */
+static void case_solo_handler_send(CALLS_ARGS)
+{
+	struct calls_pair p;
+	char c = 0;
+
+	calls_pair_open(&p, AF_INET);
+	if (p.child == 0) {
+		CHECK_EQ(recv(p.fd, &c, 1, MSG_WAITALL), 1);
+		CHECK_EQ(c, 'h');
+		calls_write_all(p.fd, "z", 1);
+		calls_expect_eof(p.fd);
+		calls_pair_close(&p);
+	}
+	solo_check_single_threaded();
+	solo_fd = p.fd;
+	solo_on(SIGALRM, solo_send_handler);
+	struct itimerval it = {.it_value = {0, 100 * 1000}};
+	CHECK(setitimer(ITIMER_REAL, &it, NULL) == 0);
+	CHECK_EQ(recv(p.fd, &c, 1, 0), 1);
+	CHECK_EQ(c, 'z');
+	CHECK_EQ(solo_handler_ret, 1);
+	CHECK(shutdown(p.fd, SHUT_WR) == 0);
+	calls_expect_eof(p.fd);
+	calls_pair_close(&p);
+}
+
 static const struct calls_case cases[] = {
 	{"rw", case_rw},
 	{"readv_writev", case_readv_writev},
@@ -822,6 +988,9 @@ static const struct calls_case cases[] = {
 	{"sigpipe", case_sigpipe},
 	{"eintr_recv", case_eintr_recv},
 	{"eintr_send", case_eintr_send},
+	{"solo_signals", case_solo_signals},
+	{"solo_handler_close", case_solo_handler_close},
+	{"solo_handler_send", case_solo_handler_send},
 	{NULL, NULL},
 };
 

@@ -26,6 +26,9 @@ CASES = {
     "sigpipe": "after the peer closed: EPIPE; SIGPIPE only without MSG_NOSIGNAL and not SIG_IGN",
     "eintr_recv": "blocked recv: EINTR without SA_RESTART, restarted with it, EINTR with SO_RCVTIMEO",
     "eintr_send": "send blocked on a full buffer: EINTR without SA_RESTART; never EINTR with it",
+    "solo_signals": "single-threaded, SIGALRM every 200 us: 16 MiB each way, every byte checked",
+    "solo_handler_close": "a handler closes the socket of a blocked recv: no crash, no hang",
+    "solo_handler_send": "a handler sends on the socket of a blocked recv: it goes through",
 }
 
 
