@@ -166,16 +166,22 @@ static inline void calls_count_signal(int sig)
 	calls_sig_count++;
 }
 
-/* Install the counting handler for sig with the given sa_flags (0 or SA_RESTART). */
-static inline void calls_on_signal(int sig, int flags)
+/* Install handler for sig with the given sa_flags (0 or SA_RESTART). */
+static inline void calls_set_handler(int sig, void (*handler)(int), int flags)
 {
 	struct sigaction sa;
 
 	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = calls_count_signal;
+	sa.sa_handler = handler;
 	sa.sa_flags = flags;
 	sigemptyset(&sa.sa_mask);
 	CHECK(sigaction(sig, &sa, NULL) == 0);
+}
+
+/* Install the counting handler for sig with the given sa_flags (0 or SA_RESTART). */
+static inline void calls_on_signal(int sig, int flags)
+{
+	calls_set_handler(sig, calls_count_signal, flags);
 }
 
 static inline void calls_signal_default(int sig, void (*handler)(int))

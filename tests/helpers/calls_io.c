@@ -900,17 +900,6 @@ static void solo_send_handler(int sig)
 	errno = e;
 }
 
-static void solo_on(int sig, void (*fn)(int))
-{
-	struct sigaction sa;
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = fn;
-	sa.sa_flags = SA_RESTART;
-	sigemptyset(&sa.sa_mask);
-	CHECK(sigaction(sig, &sa, NULL) == 0);
-}
-
 /*
  * A handler closes the socket its process is blocked in recv on. Kernel TCP lets the recv
  * go on until data comes; ulsock may end it with EBADF instead. Neither may crash or hang.
@@ -931,7 +920,7 @@ static void case_solo_handler_close(CALLS_ARGS)
 	}
 	solo_check_single_threaded();
 	solo_fd = p.fd;
-	solo_on(SIGALRM, solo_close_handler);
+	calls_set_handler(SIGALRM, solo_close_handler, SA_RESTART);
 	calls_post(&p, 'g');
 	alarm(0);
 	struct itimerval it = {.it_value = {0, 100 * 1000}};
@@ -961,7 +950,7 @@ static void case_solo_handler_send(CALLS_ARGS)
 	}
 	solo_check_single_threaded();
 	solo_fd = p.fd;
-	solo_on(SIGALRM, solo_send_handler);
+	calls_set_handler(SIGALRM, solo_send_handler, SA_RESTART);
 	struct itimerval it = {.it_value = {0, 100 * 1000}};
 	CHECK(setitimer(ITIMER_REAL, &it, NULL) == 0);
 	CHECK_EQ(recv(p.fd, &c, 1, 0), 1);
