@@ -354,6 +354,7 @@ struct uls_conn *uls_conn_adopt(int fd)
 		c->path = (atomic_load(&c->peer->state) & ULS_SIDE_ATTACHED) ? ULS_PATH_SHM
 									      : ULS_PATH_PENDING;
 		atomic_store(&c->shared, 1);
+		uls_conn_join_side(c);
 		uls_dbg("fd=%d adopted as client", fd);
 		return c;
 	}
@@ -366,6 +367,7 @@ struct uls_conn *uls_conn_adopt(int fd)
 			bind_role(c, ULS_SERVER);
 			c->path = ULS_PATH_SHM;
 			atomic_store(&c->shared, 1);
+			uls_conn_join_side(c);
 			uls_dbg("fd=%d adopted as server", fd);
 			return c;
 		}

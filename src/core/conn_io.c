@@ -54,9 +54,58 @@ void uls_conn_unlock(struct uls_conn *c, int which)
  * time of a 64-byte send). A handler that closes the socket meanwhile takes the hold on
  * the call's behalf (uls_conn_close); one that sends or receives on the same socket gets
  * EINTR, since the call it interrupted is half way through the ring.
+ *
+ * Another process can come to hold the socket without this one forking (a posix_spawn or
+ * system child that inherits it, exec, SCM_RIGHTS received elsewhere). Such a process
+ * announces itself before its first call (uls_conn_join_side): it sets the side's `multi`
+ * and then runs membarrier, while a solo call stores its pid in `solo_busy` and then reads
+ * `multi` with a compiler barrier only; so either the call sees `multi` and takes the lock,
+ * or the newcomer sees `solo_busy` and waits for the call to end. A solo call clears
+ * `solo_busy` while it sleeps and looks again when it wakes. Without membarrier there is
+ * no solo path.
  */
 __thread struct uls_conn *uls_solo_call __attribute__((tls_model("initial-exec")));
 static __thread int solo_dir __attribute__((tls_model("initial-exec")));
+/* The solo call found `multi` set when it woke: it holds the real lock from then on. */
+static __thread int solo_locked __attribute__((tls_model("initial-exec")));
+
+/* Announces a solo call on direction dir; 0 when another process joined the side. */
+static int solo_claim(struct uls_conn *c, int dir)
+{
+	atomic_store_explicit(&c->me->solo_busy[dir], (uint32_t)uls_pid(), memory_order_relaxed);
+	atomic_signal_fence(memory_order_seq_cst);
+	if (!atomic_load_explicit(&c->me->multi, memory_order_relaxed))
+		return 1;
+	atomic_store_explicit(&c->me->solo_busy[dir], 0, memory_order_release);
+	return 0;
+}
+
+static void solo_unclaim(struct uls_conn *c, int dir)
+{
+	/* Release: a newcomer that sees 0 sees the ring as this call left it. */
+	atomic_store_explicit(&c->me->solo_busy[dir], 0, memory_order_release);
+}
+
+void uls_conn_join_side(struct uls_conn *c)
+{
+	uint32_t self = (uint32_t)uls_pid();
+
+	if (!c->seg.hdr)
+		return;
+	atomic_store(&c->me->multi, 1);
+	if (!uls_fence_global())
+		return; /* then no process of this side runs solo: none could register */
+	for (int dir = 0; dir < 2; dir++) {
+		for (;;) {
+			uint32_t pid = atomic_load_explicit(&c->me->solo_busy[dir],
+							    memory_order_acquire);
+			if (!pid || pid == self || (kill((pid_t)pid, 0) < 0 && errno == ESRCH))
+				break;
+			struct timespec ts = {0, 100000};
+			nanosleep(&ts, NULL);
+		}
+	}
+}
 
 #if __has_include(<sys/single_threaded.h>)
 #include <sys/single_threaded.h>
@@ -73,13 +122,17 @@ static __thread int solo_dir __attribute__((tls_model("initial-exec")));
  */
 static int solo_begin(struct uls_conn *c, int dir)
 {
-	if (!SINGLE_THREADED() || atomic_load_explicit(&c->shared, memory_order_relaxed))
+	if (!SINGLE_THREADED() || atomic_load_explicit(&c->shared, memory_order_relaxed) ||
+	    !c->seg.hdr || !atomic_load_explicit(&uls_fence_registered, memory_order_relaxed))
 		return 0;
 	if (uls_solo_call) /* inside a signal handler */
 		return uls_solo_call == c && solo_dir == dir ? -EINTR : 0;
 	if (atomic_load_explicit(&c->closed, memory_order_relaxed))
 		return -EBADF;
+	if (!solo_claim(c, dir))
+		return 0;
 	solo_dir = dir;
+	solo_locked = 0;
 	uls_solo_call = c;
 	atomic_signal_fence(memory_order_seq_cst);
 	return 1;
@@ -87,13 +140,15 @@ static int solo_begin(struct uls_conn *c, int dir)
 
 int uls_conn_trylock(struct uls_conn *c, int which)
 {
-	if (uls_solo_call == c && solo_dir == which)
+	if (uls_solo_call == c && solo_dir == which && !solo_locked)
 		return 0;
 	return uls_shmlock_try(&c->me->lock[which], &c->me->lock_owner[which]);
 }
 
 static void solo_end(struct uls_conn *c)
 {
+	if (!solo_locked)
+		solo_unclaim(c, solo_dir);
 	atomic_signal_fence(memory_order_seq_cst);
 	uls_solo_call = NULL;
 	atomic_signal_fence(memory_order_seq_cst);
@@ -103,15 +158,22 @@ static void solo_end(struct uls_conn *c)
 	}
 }
 
+/* The call's own direction: solo (claimed in solo_busy) or locked. */
 static void dir_lock(struct uls_conn *c, int which)
 {
-	if (uls_solo_call != c)
-		uls_conn_lock(c, which);
+	if (uls_solo_call == c && !solo_locked) {
+		if (solo_claim(c, which))
+			return;
+		solo_locked = 1; /* another process joined while this call slept */
+	}
+	uls_conn_lock(c, which);
 }
 
 static void dir_unlock(struct uls_conn *c, int which)
 {
-	if (uls_solo_call != c)
+	if (uls_solo_call == c && !solo_locked)
+		solo_unclaim(c, which);
+	else
 		uls_conn_unlock(c, which);
 }
 

@@ -13,6 +13,11 @@ enum { TXL = 0, RXL = 1 }; /* the side's send and receive locks */
 /* The conn of the send or receive this thread runs solo (conn_io.c), or NULL. */
 extern __thread struct uls_conn *uls_solo_call __attribute__((tls_model("initial-exec")));
 
+/*
+ * A process that starts to use a connection another process of its side may run solo
+ * (conn_io.c) announces itself and waits for such a call to end. Before its first call.
+ */
+void uls_conn_join_side(struct uls_conn *c);
 void uls_conn_lock(struct uls_conn *c, int which);
 void uls_conn_unlock(struct uls_conn *c, int which);
 /* Takes a direction's lock if free (1); a solo call of this thread counts as its holder. */

@@ -34,3 +34,9 @@ int uls_fence_heavy(_Atomic unsigned *peer)
 	atomic_thread_fence(memory_order_seq_cst);
 	return 0;
 }
+
+int uls_fence_global(void)
+{
+	atomic_thread_fence(memory_order_seq_cst);
+	return membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0;
+}

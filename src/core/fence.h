@@ -79,4 +79,10 @@ static inline void uls_fence_adapt(_Atomic unsigned *mine, _Atomic unsigned *str
  */
 int uls_fence_heavy(_Atomic unsigned *peer);
 
+/*
+ * A full barrier on every CPU that runs a thread of a registered process, for a store-load
+ * handshake whose other side uses a compiler barrier only. Returns 0 when membarrier failed.
+ */
+int uls_fence_global(void);
+
 #endif

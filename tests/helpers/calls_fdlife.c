@@ -2,11 +2,12 @@
  * calls_fdlife: what happens to a connected TCP socket's descriptor: dup/dup2/dup3, fork,
  * execve (with and without the preload in the new image), SCM_RIGHTS to another process
  * (with and without the preload), sendfile into it, and accept4's flags.
- * Usage: calls_fdlife CASE. The cases exec_child and scm_receiver are the far ends of the
- * exec and SCM_RIGHTS cases, started by the helper itself.
+ * Usage: calls_fdlife CASE. The cases exec_child, scm_receiver and spawn_writer are the far
+ * ends of the exec, SCM_RIGHTS and spawn cases, started by the helper itself.
  */
 #include "calls_common.h"
 
+#include <spawn.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
 
@@ -583,6 +584,88 @@ static void case_accept4(CALLS_ARGS)
 	calls_wait_child(pid);
 }
 
+/* ---- two processes sending on one socket, the second started without fork ------------- */
+
+#define REC 16
+#define NREC 100000u
+
+static void put_rec(unsigned char *b, uint32_t who, uint32_t seq)
+{
+	uint64_t x = who * 1000003ull ^ seq * 0x9e3779b97f4a7c15ull;
+
+	memcpy(b, &who, 4);
+	memcpy(b + 4, &seq, 4);
+	memcpy(b + 8, &x, 8);
+}
+
+static void send_recs(int fd, uint32_t who)
+{
+	unsigned char b[REC];
+
+	for (uint32_t i = 0; i < NREC; i++) {
+		put_rec(b, who, i);
+		calls_write_all(fd, b, REC);
+	}
+}
+
+/* The spawned writer: its records, then close. */
+static void case_spawn_writer(CALLS_ARGS)
+{
+	CHECK(argc >= 1);
+	int fd = atoi(argv[0]);
+	send_recs(fd, 2);
+	CHECK(close(fd) == 0);
+}
+
+/*
+ * The parent sends records of 16 bytes while a second writer, started by posix_spawn (no
+ * fork: nothing tells the parent), sends its own on the same socket. The peer reads in
+ * multiples of 16 bytes, so no record is ever split: each must arrive whole, in its
+ * writer's order, none lost. Under ulsock the parent runs single-threaded without locks
+ * until the second process joins the connection's side (conn_io.c, solo path).
+ */
+static void case_spawn_shared(CALLS_ARGS)
+{
+	struct calls_pair p;
+
+	calls_pair_open(&p, AF_INET);
+	if (p.child == 0) {
+		uint32_t next[3] = {0, 0, 0};
+		unsigned char b[REC * 64], want[REC];
+		for (;;) {
+			ssize_t n = recv(p.fd, b, sizeof(b), MSG_WAITALL);
+			if (n == 0)
+				break;
+			CHECK_EQ(n, (ssize_t)sizeof(b));
+			for (size_t off = 0; off < sizeof(b); off += REC) {
+				uint32_t who, seq;
+				memcpy(&who, b + off, 4);
+				memcpy(&seq, b + off + 4, 4);
+				CHECK(who == 1 || who == 2);
+				CHECK_EQ(seq, next[who]);
+				put_rec(want, who, seq);
+				CHECK_EQ(memcmp(b + off, want, REC), 0);
+				next[who]++;
+			}
+		}
+		CHECK_EQ(next[1], NREC);
+		CHECK_EQ(next[2], NREC);
+		calls_pair_close(&p);
+	}
+	char num[16];
+	char *args[] = {"calls_fdlife", "spawn_writer", num, NULL};
+	pid_t pid;
+	int st;
+	snprintf(num, sizeof(num), "%d", p.fd);
+	CHECK(fcntl(p.fd, F_SETFD, 0) == 0);
+	CHECK(posix_spawn(&pid, "/proc/self/exe", NULL, NULL, args, environ) == 0);
+	send_recs(p.fd, 1);
+	CHECK(waitpid(pid, &st, 0) == pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(shutdown(p.fd, SHUT_WR) == 0);
+	calls_pair_close(&p);
+}
+
 static const struct calls_case cases[] = {
 	{"dup", case_dup},
 	{"dup2", case_dup2},
@@ -597,6 +680,8 @@ static const struct calls_case cases[] = {
 	{"scm_receiver", case_scm_receiver},
 	{"sendfile", case_sendfile},
 	{"accept4", case_accept4},
+	{"spawn_shared", case_spawn_shared},
+	{"spawn_writer", case_spawn_writer},
 	{NULL, NULL},
 };
 

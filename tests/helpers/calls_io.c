@@ -8,8 +8,8 @@
  */
 #include "calls_common.h"
 
-#include <sys/time.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <sys/wait.h>
 #if __has_include(<sys/single_threaded.h>)
 #include <sys/single_threaded.h>
@@ -816,10 +816,21 @@ static void case_eintr_send(CALLS_ARGS)
  * path). These cases stay single-threaded, with signals from interval timers in place of
  * the kicker thread, and check what a signal handler can do to such a call.
  */
-static void solo_timer(long usec)
+/* SIGUSR2 after first_us, then every period_us (0: once; both 0: off). A POSIX timer, not
+ * alarm(), which the helpers' watchdog uses; SIGEV_SIGNAL starts no thread. */
+static void solo_timer(long first_us, long period_us)
 {
-	struct itimerval it = {.it_interval = {0, usec}, .it_value = {0, usec}};
-	CHECK(setitimer(ITIMER_REAL, &it, NULL) == 0);
+	static timer_t id;
+	static int made;
+
+	if (!made) {
+		struct sigevent ev = {.sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGUSR2};
+		CHECK(timer_create(CLOCK_MONOTONIC, &ev, &id) == 0);
+		made = 1;
+	}
+	struct itimerspec its = {.it_interval = {0, period_us * 1000},
+				 .it_value = {0, first_us * 1000}};
+	CHECK(timer_settime(id, 0, &its, NULL) == 0);
 }
 
 static void solo_check_single_threaded(void)
@@ -829,7 +840,7 @@ static void solo_check_single_threaded(void)
 #endif
 }
 
-/* 16 MiB both ways in odd-sized writes and reads while SIGALRM arrives every 200 us. */
+/* 16 MiB both ways in odd-sized writes and reads while a signal arrives every 200 us. */
 static void case_solo_signals(CALLS_ARGS)
 {
 	const uint64_t total = 16u << 20;
@@ -837,9 +848,9 @@ static void case_solo_signals(CALLS_ARGS)
 	unsigned char buf[3001];
 
 	calls_pair_open(&p, AF_INET);
-	calls_on_signal(SIGALRM, SA_RESTART);
+	calls_on_signal(SIGUSR2, SA_RESTART);
 	solo_check_single_threaded();
-	solo_timer(200);
+	solo_timer(200, 200);
 	unsigned seed_out = p.child == 0 ? SEED_UP : SEED_DOWN;
 	unsigned seed_in = p.child == 0 ? SEED_DOWN : SEED_UP;
 	uint64_t sent = 0, got = 0;
@@ -874,7 +885,7 @@ static void case_solo_signals(CALLS_ARGS)
 			}
 		}
 	}
-	solo_timer(0);
+	solo_timer(0, 0);
 	CHECK(calls_sig_count > 0);
 	CHECK(fcntl(p.fd, F_SETFL, 0) == 0);
 	CHECK(shutdown(p.fd, SHUT_WR) == 0);
@@ -920,11 +931,9 @@ static void case_solo_handler_close(CALLS_ARGS)
 	}
 	solo_check_single_threaded();
 	solo_fd = p.fd;
-	calls_set_handler(SIGALRM, solo_close_handler, SA_RESTART);
+	calls_set_handler(SIGUSR2, solo_close_handler, SA_RESTART);
 	calls_post(&p, 'g');
-	alarm(0);
-	struct itimerval it = {.it_value = {0, 100 * 1000}};
-	CHECK(setitimer(ITIMER_REAL, &it, NULL) == 0);
+	solo_timer(100 * 1000, 0);
 	ssize_t r = recv(p.fd, &c, 1, 0);
 	CHECK_EQ(solo_handler_ret, 0);
 	CHECK(r == 1 ? c == 'z' : (r == -1 && errno == EBADF));
@@ -950,9 +959,8 @@ static void case_solo_handler_send(CALLS_ARGS)
 	}
 	solo_check_single_threaded();
 	solo_fd = p.fd;
-	calls_set_handler(SIGALRM, solo_send_handler, SA_RESTART);
-	struct itimerval it = {.it_value = {0, 100 * 1000}};
-	CHECK(setitimer(ITIMER_REAL, &it, NULL) == 0);
+	calls_set_handler(SIGUSR2, solo_send_handler, SA_RESTART);
+	solo_timer(100 * 1000, 0);
 	CHECK_EQ(recv(p.fd, &c, 1, 0), 1);
 	CHECK_EQ(c, 'z');
 	CHECK_EQ(solo_handler_ret, 1);

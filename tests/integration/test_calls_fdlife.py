@@ -18,8 +18,9 @@ CASES = {
     "scm_rights_plain": "the same with a receiver exec'd without LD_PRELOAD",
     "sendfile": "3 MiB + 123 from a file with an offset pointer, then from the file position",
     "accept4": "SOCK_NONBLOCK|SOCK_CLOEXEC honoured, peer address filled, EINVAL; accept() blocking",
+    "spawn_shared": "a posix_spawn child sends on the parent's socket at the same time: no record torn",
 }
-INTERNAL = ["exec_child", "scm_receiver"]
+INTERNAL = ["exec_child", "scm_receiver", "spawn_writer"]
 
 
 def test_case_list(uls):

@@ -56,7 +56,9 @@ struct uls_side {
 	_Atomic uint32_t lock_owner[2];                   /* pid holding each lock */
 	_Atomic uint32_t token_lock;   /* serializes wake-up sends against a revert */
 	_Atomic uint32_t token_owner;
-	uint8_t pad0[ULS_CACHELINE - 24];
+	_Atomic uint32_t solo_busy[2]; /* pid running a call without the lock, per direction */
+	_Atomic uint32_t multi;        /* a second process of this side uses the connection */
+	uint8_t pad0[ULS_CACHELINE - 36];
 	/* Line 1: state the peer reads. */
 	_Alignas(ULS_CACHELINE) _Atomic uint32_t state; /* ULS_SIDE_* */
 	_Atomic uint32_t refs;       /* processes of this side mapping the segment */
