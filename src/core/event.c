@@ -172,6 +172,9 @@ struct epreg {
 	int ring;         /* the fd is a ring conn: ulsock decides its readiness */
 	uint32_t kev;     /* events registered with the kernel */
 	unsigned round;   /* last wait round that reported it */
+	int ghost;        /* deleted by the program, still registered with the kernel */
+	struct uls_conn *ghost_conn; /* the ghost's conn and its segment's inode: an fd */
+	uint64_t ghost_ino;          /* closed behind ulsock's back has another */
 };
 
 struct uls_epoll {
@@ -183,6 +186,9 @@ struct uls_epoll {
 	int *watch;  /* fds whose readiness ulsock may decide: TCP sockets, nested epolls */
 	int nwatch, capwatch;
 	int next;    /* where the next scan of watch starts, so that all get their turn */
+	int epfd;    /* the descriptor the last epoll_ctl named, -1 once closed */
+	int shared;  /* another process may use the kernel epoll set (fork): no ghosts */
+	uint64_t kernel_seen; /* when a wait last asked the kernel (ns) */
 };
 
 static pthread_mutex_t eplist_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -193,9 +199,9 @@ struct uls_epoll *uls_epoll_create(int epfd)
 {
 	struct uls_epoll *ep = calloc(1, sizeof(*ep));
 
-	(void)epfd;
 	if (!ep)
 		return NULL;
+	ep->epfd = epfd;
 	pthread_mutex_init(&ep->mu, NULL);
 	ep->refs = 1;
 	pthread_mutex_lock(&eplist_mu);
@@ -315,6 +321,60 @@ static int kernel_ctl(struct uls_epoll *ep, int epfd, int op, struct epreg *r)
 	return uls_libc.epoll_ctl(epfd, op, r->fd, &kev) < 0 ? -errno : 0;
 }
 
+/*
+ * A ghost is a ring conn's registration that the program deleted while ulsock kept it in
+ * the kernel set: event loops such as redis-benchmark's add and delete a socket's
+ * registration around every request, and for a ring conn the kernel's part never changes
+ * (its wake-up bytes make it readable), so a later add costs no system call. A ghost the
+ * kernel reports is deleted for real then; so is one whose fd is closed (before the close,
+ * so that a descriptor left open elsewhere cannot keep it alive). Only in sets no other
+ * process can see: a fork or an exec deletes them all first.
+ */
+static int make_ghost(struct uls_epoll *ep, struct epreg *r)
+{
+	struct uls_conn *c = ring_conn(r->fd);
+
+	if (!r->ring || !c || ep->shared || ep->epfd < 0)
+		return 0;
+	r->ghost = 1;
+	r->ghost_conn = c;
+	r->ghost_ino = c->seg.ino;
+	watch_del(ep, r->fd);
+	return 1;
+}
+
+static void drop_ghost(struct uls_epoll *ep, int epfd, int fd)
+{
+	struct epreg *r = ep->regs[fd];
+
+	if (epfd >= 0)
+		uls_libc.epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL);
+	free(r);
+	ep->regs[fd] = NULL;
+}
+
+/* The program adds a ghost again: the kernel part changes only if the conn did. */
+static int revive(struct uls_epoll *ep, int epfd, struct epreg *r, struct epoll_event *ev)
+{
+	uint32_t was = r->kev;
+	int err = 0;
+
+	r->ghost = 0;
+	r->events = ev->events;
+	r->data = ev->data;
+	r->fired = 0;
+	r->gen = 0;
+	r->kev = kernel_epoll_events(r);
+	if (r->kev != was)
+		err = kernel_ctl(ep, epfd, EPOLL_CTL_MOD, r);
+	if (err < 0) {
+		drop_ghost(ep, -1, r->fd);
+		return err;
+	}
+	watch_add(ep, r->fd);
+	return 0;
+}
+
 int uls_epoll_ctl(struct uls_epoll *ep, int epfd, int op, int fd, struct epoll_event *ev)
 {
 	struct epreg *r;
@@ -325,35 +385,47 @@ int uls_epoll_ctl(struct uls_epoll *ep, int epfd, int op, int fd, struct epoll_e
 	pthread_mutex_lock(&ep->mu);
 	if (fd >= ep->cap && (err = grow(ep, fd)) < 0)
 		goto out;
+	ep->epfd = epfd;
 	r = ep->regs[fd];
+	if (r && r->ghost && op != EPOLL_CTL_ADD) {
+		err = op == EPOLL_CTL_MOD || op == EPOLL_CTL_DEL ? -ENOENT : -EINVAL;
+		goto out;
+	}
 	switch (op) {
 	case EPOLL_CTL_ADD:
 		if (!ev) {
 			err = -EFAULT;
 			break;
 		}
-		if (r) {
-			/* The kernel has the final say: the fd may have been closed and reused. */
-			free(r);
-			ep->regs[fd] = NULL;
+		struct uls_conn *c = r && r->ghost ? ring_conn(fd) : NULL;
+		if (c && c == r->ghost_conn && c->seg.ino == r->ghost_ino) {
+			err = revive(ep, epfd, r, ev);
+			break;
 		}
-		r = calloc(1, sizeof(*r));
-		if (!r) {
+		if (r && r->ghost) {
+			drop_ghost(ep, epfd, fd);
+			r = NULL;
+		}
+		struct epreg *nr = calloc(1, sizeof(*nr));
+		if (!nr) {
 			err = -ENOMEM;
 			break;
 		}
-		r->fd = fd;
-		r->events = ev->events;
-		r->data = ev->data;
-		r->kev = kernel_epoll_events(r);
-		err = kernel_ctl(ep, epfd, EPOLL_CTL_ADD, r);
+		nr->fd = fd;
+		nr->events = ev->events;
+		nr->data = ev->data;
+		nr->kev = kernel_epoll_events(nr);
+		/* The kernel has the final say: a known fd may have been closed and reused
+		 * behind ulsock's back; EEXIST keeps the registration there is. */
+		err = kernel_ctl(ep, epfd, EPOLL_CTL_ADD, nr);
 		if (err < 0) {
-			free(r);
-		} else {
-			ep->regs[fd] = r;
-			watch_del(ep, fd);
-			watch_add(ep, fd);
+			free(nr);
+			break;
 		}
+		free(r);
+		ep->regs[fd] = nr;
+		watch_del(ep, fd);
+		watch_add(ep, fd);
 		break;
 	case EPOLL_CTL_MOD:
 		if (!ev) {
@@ -365,14 +437,21 @@ int uls_epoll_ctl(struct uls_epoll *ep, int epfd, int op, int fd, struct epoll_e
 			err = uls_libc.epoll_ctl(epfd, op, fd, &kev) < 0 ? -errno : -ENOENT;
 			break;
 		}
+		int was_ring = r->ring;
+		uint32_t was = r->kev;
 		r->events = ev->events;
 		r->data = ev->data;
 		r->fired = 0;
 		r->gen = 0;
 		r->kev = kernel_epoll_events(r);
-		err = kernel_ctl(ep, epfd, EPOLL_CTL_MOD, r);
+		/* A ring conn's kernel part rarely changes: then the kernel has nothing to do. */
+		err = was_ring && r->ring && r->kev == was ? 0 : kernel_ctl(ep, epfd, EPOLL_CTL_MOD, r);
 		break;
 	case EPOLL_CTL_DEL:
+		if (r && make_ghost(ep, r)) {
+			err = 0;
+			break;
+		}
 		err = uls_libc.epoll_ctl(epfd, op, fd, ev) < 0 ? -errno : 0;
 		free(r);
 		ep->regs[fd] = NULL;
@@ -392,11 +471,30 @@ void uls_epoll_forget_fd(int fd)
 	for (int i = 0; i < neplist; i++) {
 		struct uls_epoll *ep = eplist[i];
 		pthread_mutex_lock(&ep->mu);
-		if (fd < ep->cap && ep->regs[fd]) {
+		if (ep->epfd == fd)
+			ep->epfd = -1;
+		if (fd < ep->cap && ep->regs[fd] && ep->regs[fd]->ghost) {
+			drop_ghost(ep, ep->epfd, fd);
+		} else if (fd < ep->cap && ep->regs[fd]) {
 			free(ep->regs[fd]);
 			ep->regs[fd] = NULL;
 			watch_del(ep, fd);
 		}
+		pthread_mutex_unlock(&ep->mu);
+	}
+	pthread_mutex_unlock(&eplist_mu);
+}
+
+void uls_epoll_unshare(void)
+{
+	pthread_mutex_lock(&eplist_mu);
+	for (int i = 0; i < neplist; i++) {
+		struct uls_epoll *ep = eplist[i];
+		pthread_mutex_lock(&ep->mu);
+		for (int fd = 0; fd < ep->cap; fd++)
+			if (ep->regs[fd] && ep->regs[fd]->ghost)
+				drop_ghost(ep, ep->epfd, fd);
+		ep->shared = 1;
 		pthread_mutex_unlock(&ep->mu);
 	}
 	pthread_mutex_unlock(&eplist_mu);
@@ -507,6 +605,7 @@ static int kernel_pass(struct uls_epoll *ep, int epfd, struct epoll_event *evs, 
 	int n = 0, r, ms;
 
 	ms = ns < 0 ? -1 : (int)((ns + 999999) / 1000000);
+	ep->kernel_seen = uls_now_ns();
 	pthread_mutex_unlock(&ep->mu);
 	r = uls_libc.epoll_pwait(epfd, kev, max < 64 ? max : 64, ms, mask);
 	pthread_mutex_lock(&ep->mu);
@@ -517,6 +616,10 @@ static int kernel_pass(struct uls_epoll *ep, int epfd, struct epoll_event *evs, 
 		struct epreg *reg = fd >= 0 && fd < ep->cap ? ep->regs[fd] : NULL;
 		if (!reg)
 			continue;
+		if (reg->ghost) {
+			drop_ghost(ep, epfd, fd);
+			continue;
+		}
 		if (!reg->ring) {
 			if (reg->round == ep->round)
 				continue;
@@ -532,6 +635,8 @@ static int kernel_pass(struct uls_epoll *ep, int epfd, struct epoll_event *evs, 
 	}
 	return n;
 }
+
+#define KERNEL_LOOK_NS 50000u
 
 static int has_ring(struct uls_epoll *ep)
 {
@@ -560,6 +665,11 @@ int uls_epoll_wait(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int 
 		int64_t left = remaining(deadline, timeout_ns);
 		ep->round++;
 		n = user_pass(ep, epfd, evs, max, 0);
+		/* While rings keep it busy, a wait asks the kernel (plain descriptors, wake-up
+		 * bytes, a peer's FIN) at most every KERNEL_LOOK_NS: one system call saved per
+		 * event-loop turn. */
+		if (n > 0 && uls_now_ns() - ep->kernel_seen < KERNEL_LOOK_NS)
+			break;
 		if (n > 0 || left == 0 || (++spins & 63) == 0) {
 			int k = kernel_pass(ep, epfd, evs + n, max - n, 0, mask);
 			if (k < 0 && n == 0) {

@@ -26,5 +26,7 @@ int uls_epoll_wait(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int 
 		   int64_t timeout_ns, const sigset_t *mask);
 /* An fd was closed: forget its registrations in every epoll set of this process. */
 void uls_epoll_forget_fd(int fd);
+/* Before fork or exec: the kernel epoll sets become visible to another process image. */
+void uls_epoll_unshare(void);
 
 #endif

@@ -20,6 +20,7 @@
 
 #include "preload.h"
 #include "../core/conn.h"
+#include "../core/event.h"
 #include "../core/fdtable.h"
 #include "../core/log.h"
 #include "../core/wait.h"
@@ -140,6 +141,7 @@ static int do_exec(const char *file, char *const argv[], char *const envp[], int
 		real_execvpe = (execvpe_fn)dlsym(RTLD_NEXT, "execvpe");
 	}
 	env = fixed_env(envp, &entry);
+	uls_epoll_unshare();
 	r = search ? real_execvpe(file, argv, env) : real_execve(file, argv, env);
 	err = errno;
 	if (env != envp) {

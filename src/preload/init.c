@@ -5,6 +5,7 @@
 #include "preload.h"
 #include "../core/config.h"
 #include "../core/conn.h"
+#include "../core/event.h"
 #include "../core/fdtable.h"
 #include "../core/fence.h"
 #include "../core/log.h"
@@ -24,6 +25,7 @@ static void atfork_child(void)
 static void atfork_prepare(void)
 {
 	uls_conn_mark_shared_all();
+	uls_epoll_unshare();
 }
 
 static void do_init(void)

@@ -732,6 +732,91 @@ static void case_dup_close(CALLS_ARGS)
 }
 
 /*
+ * Delete and add again, as event loops do around every request (ulsock keeps such a
+ * registration in the kernel set and hides it): a deleted socket is never reported, a
+ * second DEL or a MOD gets ENOENT, an add reports what is pending with the new data, a
+ * forked child and a close with a dup left open see no trace of the deleted one.
+ */
+static void case_readd(CALLS_ARGS)
+{
+	struct calls_pair p;
+	struct epoll_event ev = {.events = EPOLLIN};
+	char c;
+
+	calls_pair_open(&p, AF_INET);
+	if (p.child == 0) {
+		for (const char *s = "abcde"; *s; s++) {
+			calls_await(&p);
+			calls_write_all(p.fd, s, 1);
+		}
+		calls_await(&p);
+		calls_pair_close(&p);
+	}
+	int ep = epoll_create1(0);
+	CHECK(ep >= 0);
+	ep_add(ep, p.fd, EPOLLIN, 0xa);
+	calls_post(&p, 'g');
+	ep_expect_one(ep, 0xa, EPOLLIN, 5000);
+	calls_read_exact(p.fd, &c, 1);
+	CHECK_EQ(c, 'a');
+	CHECK(epoll_ctl(ep, EPOLL_CTL_DEL, p.fd, NULL) == 0);
+	CHECK_ERR(epoll_ctl(ep, EPOLL_CTL_DEL, p.fd, NULL), ENOENT);
+	CHECK_ERR(epoll_ctl(ep, EPOLL_CTL_MOD, p.fd, &ev), ENOENT);
+	calls_post(&p, 'g');
+	CHECK_EQ(calls_wait_fionread(p.fd, 1, 5000), 1);
+	ep_expect_none(ep, 100);
+	ep_add(ep, p.fd, EPOLLIN, 0xb);
+	CHECK_ERR(epoll_ctl(ep, EPOLL_CTL_ADD, p.fd, &ev), EEXIST);
+	ep_expect_one(ep, 0xb, EPOLLIN, 5000);
+	calls_read_exact(p.fd, &c, 1);
+	CHECK_EQ(c, 'b');
+	/* Deleted and added at once, for writing too. */
+	CHECK(epoll_ctl(ep, EPOLL_CTL_DEL, p.fd, NULL) == 0);
+	ep_add(ep, p.fd, EPOLLIN | EPOLLOUT, 0xc);
+	ep_expect_one(ep, 0xc, EPOLLOUT, 5000);
+	calls_post(&p, 'g');
+	CHECK_EQ(calls_wait_fionread(p.fd, 1, 5000), 1);
+	ep_expect_one(ep, 0xc, EPOLLIN | EPOLLOUT, 5000);
+	calls_read_exact(p.fd, &c, 1);
+	CHECK_EQ(c, 'c');
+	/* A fork after a delete: neither process sees the socket in the set. */
+	CHECK(epoll_ctl(ep, EPOLL_CTL_DEL, p.fd, NULL) == 0);
+	calls_post(&p, 'g');
+	CHECK_EQ(calls_wait_fionread(p.fd, 1, 5000), 1);
+	pid_t kid = fork();
+	CHECK(kid >= 0);
+	if (kid == 0) {
+		struct epoll_event kev[4];
+		_exit(epoll_wait(ep, kev, 4, 100) == 0 ? 0 : 1);
+	}
+	int st;
+	CHECK(waitpid(kid, &st, 0) == kid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	ep_expect_none(ep, 50);
+	ep_add(ep, p.fd, EPOLLIN, 0xd);
+	ep_expect_one(ep, 0xd, EPOLLIN, 5000);
+	calls_read_exact(p.fd, &c, 1);
+	CHECK_EQ(c, 'd');
+	/* Deleted, then closed while a dup keeps the socket open: not reported either. */
+	CHECK(epoll_ctl(ep, EPOLL_CTL_DEL, p.fd, NULL) == 0);
+	int keep = dup(p.fd);
+	CHECK(keep >= 0);
+	CHECK(close(p.fd) == 0);
+	p.fd = keep;
+	calls_post(&p, 'g');
+	CHECK_EQ(calls_wait_fionread(p.fd, 1, 5000), 1);
+	ep_expect_none(ep, 100);
+	ep_add(ep, p.fd, EPOLLIN, 0xe);
+	ep_expect_one(ep, 0xe, EPOLLIN, 5000);
+	calls_read_exact(p.fd, &c, 1);
+	CHECK_EQ(c, 'e');
+	calls_post(&p, 'c');
+	calls_expect_eof(p.fd);
+	close(ep);
+	calls_pair_close(&p);
+}
+
+/*
  * Level-triggered with maxevents = 1 and several ready sockets: successive calls go round all
  * of them (the kernel moves a reported item to the back of the ready list), so none starves.
  */
@@ -788,6 +873,7 @@ static const struct calls_case cases[] = {
 	{"wait_eintr", case_wait_eintr},
 	{"dup_close", case_dup_close},
 	{"maxevents", case_maxevents},
+	{"readd", case_readd},
 	{NULL, NULL},
 };
 

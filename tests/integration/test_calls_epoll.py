@@ -20,6 +20,8 @@ CASES = {
     "wait_eintr": "epoll_wait returns EINTR on a signal even with SA_RESTART",
     "dup_close": "registration outlives the closed fd while a dup lives; DEL gives EBADF",
     "maxevents": "level-triggered with maxevents=1 goes round all ready sockets (no starvation)",
+    "readd": "DEL then ADD around requests: a deleted socket is never reported (also after "
+             "fork, or a close with a dup open); DEL/MOD of it ENOENT; ADD reports pending data",
 }
 
 
