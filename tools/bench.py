@@ -16,6 +16,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -188,6 +189,27 @@ def host_info():
     return info
 
 
+def c2c_probe(build_dir, seconds):
+    """The cache-line round trip between CPU 0 and 1 (bench/c2c.c), min/median/max in ns.
+
+    Every cross-process fast path pays it, and on a virtual machine it moves with the
+    host's placement of the virtual CPUs, so a run records it before and after."""
+    prog = os.path.join(build_dir, "bin", "uls-c2c")
+    if not os.access(prog, os.X_OK) or (os.cpu_count() or 1) < 2:
+        return None
+    try:
+        out = subprocess.run([prog, "-s", str(seconds), "-i", "250"], capture_output=True,
+                             text=True, timeout=seconds + 30).stdout
+    except (subprocess.SubprocessError, OSError):
+        return None
+    m = re.search(r"c2c: min=(\d+) median=(\d+) max=(\d+)", out)
+    return {"min": int(m[1]), "median": int(m[2]), "max": int(m[3])} if m else None
+
+
+def c2c_text(c2c):
+    return "%d/%d/%d ns" % (c2c["min"], c2c["median"], c2c["max"]) if c2c else "not measured"
+
+
 def to_json(args, benches, subs, cells):
     res = {}
     for b in benches:
@@ -200,7 +222,9 @@ def to_json(args, benches, subs, cells):
                 "samples": c.samples, "median": c.median(),
                 "ratio_to_kernel": ratio(c, base), "errors": c.errors,
                 "commands": c.commands or []}
-    return {"host": host_info(), "mode": args.mode, "params": args.params,
+    host = host_info()
+    host["c2c_before"], host["c2c_after"] = args.c2c
+    return {"host": host, "mode": args.mode, "params": args.params,
             "substrates": [s.name for s in subs], "results": res}
 
 
@@ -212,6 +236,9 @@ def write_markdown(path, args, rows, benches, subs, cells):
         f.write("%s, %s CPUs (%s), Linux %s. Median of %d runs per cell, substrates "
                 "interleaved; ratio = ulsock / kernel TCP.\n\n"
                 % (h["date"], h["cpus"], h.get("cpu", "?"), h["kernel"], p["repeats"]))
+        f.write("Cache-line round trip between CPU 0 and 1 (`uls-c2c`, min/median/max): "
+                "%s before the run, %s after.\n\n" % (c2c_text(args.c2c[0]),
+                                                        c2c_text(args.c2c[1])))
         f.write(format_markdown(rows) + "\n\n## Commands\n\n")
         f.write("Each server runs on a fresh free loopback port (PORT below was the first "
                 "run's). ulsock wraps both ends with `ulsock run --profile P --`.\n\n")
@@ -263,10 +290,15 @@ def main():
         if not args.names:
             return 77
 
+    probe_s = 1 if args.smoke else 3
+    before = c2c_probe(args.params["build_dir"], probe_s)
     benches, cells = run_all(args, subs)
+    args.c2c = (before, c2c_probe(args.params["build_dir"], probe_s))
     rows = table_rows(benches, subs, cells, args.params["repeats"])
     print(format_text(rows))
     print("\nmedian of %d runs; (xR) = ulsock / kernel TCP" % args.params["repeats"])
+    print("cache-line round trip CPU 0 <-> 1 (min/median/max): %s before, %s after"
+          % (c2c_text(args.c2c[0]), c2c_text(args.c2c[1])))
 
     data = to_json(args, benches, subs, cells)
     if args.json:
