@@ -86,7 +86,7 @@ static void conn_destroy(struct uls_conn *c)
 	conn_unlist(c);
 	uls_stat_release(c->stat);
 	c->stat = NULL;
-	uls_seg_unmap(&c->seg);
+	uls_seg_retire(&c->seg);
 	conn_free_later(c);
 }
 
@@ -488,6 +488,7 @@ void uls_conn_atfork_child(void)
 
 	/* Only this thread exists in the child: the list needs no lock, mutexes a reset. */
 	pthread_mutex_init(&list_mu, NULL);
+	uls_seg_atfork_child();
 	for (struct uls_conn *c = conn_list; c; c = c->next) {
 		struct uls_stat_rec *old = c->stat;
 		pthread_mutex_init(&c->mu, NULL);

@@ -555,6 +555,7 @@ static int futex_sleep(struct uls_conn *c, _Atomic uint32_t *want, uint64_t dead
 		if (!trusted && ns > FUTEX_BOUNDED_NS)
 			ns = FUTEX_BOUNDED_NS;
 		struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+		uls_seg_reap();
 		uls_signal_clear();
 		/* Returns at once when the word no longer holds v: the peer moved meanwhile. */
 		if (syscall(SYS_futex, want, FUTEX_WAIT, v, &ts, NULL, 0) < 0 && errno == EINTR &&

@@ -74,6 +74,8 @@ static int kernel_ppoll(struct pollfd *k, nfds_t n, int64_t ns, const sigset_t *
 		ts.tv_nsec = ns % 1000000000;
 		tp = &ts;
 	}
+	if (ns != 0)
+		uls_seg_reap();
 	r = uls_libc.ppoll(k, n, tp, mask);
 	return r < 0 ? -errno : r;
 }
@@ -607,6 +609,8 @@ static int kernel_pass(struct uls_epoll *ep, int epfd, struct epoll_event *evs, 
 	ms = ns < 0 ? -1 : (int)((ns + 999999) / 1000000);
 	ep->kernel_seen = uls_now_ns();
 	pthread_mutex_unlock(&ep->mu);
+	if (ms != 0)
+		uls_seg_reap();
 	r = uls_libc.epoll_pwait(epfd, kev, max < 64 ? max : 64, ms, mask);
 	pthread_mutex_lock(&ep->mu);
 	if (r < 0)

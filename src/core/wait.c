@@ -139,6 +139,8 @@ static int lead(struct uls_conn *c, int fd, uint64_t deadline, int drain, int ma
 		if (r != 0)
 			return r < 0 ? r : 0;
 	}
+	if (ms != 0)
+		uls_seg_reap();
 	uls_signal_clear();
 	r = uls_libc.poll(&p, 1, ms);
 	if (r > 0 && (p.revents & POLLNVAL))

@@ -262,6 +262,40 @@ static void test_create_over_stale(void)
 	uls_seg_unmap(&s);
 }
 
+static int is_mapped(void *addr)
+{
+	unsigned char vec[1];
+
+	return mincore(addr, 4096, vec) == 0;
+}
+
+/* Closed connections' mappings wait for uls_seg_reap, at most 16 of them. */
+static void test_retire(void)
+{
+	enum { N = 20, KEPT = 16 };
+	struct uls_seg s[N];
+	void *maps[N];
+
+	check_context("retire and reap");
+	uls_seg_reap();
+	for (int i = 0; i < N; i++) {
+		memset(&s[i], 0, sizeof(s[i]));
+		CHECK_EQ(uls_seg_create(&s[i], test_ino(20 + i), COOKIE, ULS_RING_MIN, ULS_RING_MIN), 0);
+		uls_seg_remove(&s[i]);
+		maps[i] = s[i].hdr;
+	}
+	for (int i = 0; i < N; i++) {
+		uls_seg_retire(&s[i]);
+		CHECK(s[i].hdr == NULL);
+		uls_seg_retire(&s[i]); /* a zeroed seg: nothing happens */
+	}
+	for (int i = 0; i < N; i++)
+		CHECK_INT(is_mapped(maps[i]), ==, i >= N - KEPT);
+	uls_seg_reap();
+	for (int i = 0; i < N; i++)
+		CHECK_INT(is_mapped(maps[i]), ==, 0);
+}
+
 static void test_images(void)
 {
 	struct uls_seg_ident v = valid_ident(test_ino(1), COOKIE, SMALL, 2 * SMALL), id;
@@ -541,6 +575,7 @@ int main(void)
 	test_create_open();
 	test_create_invalid();
 	test_create_over_stale();
+	test_retire();
 	test_images();
 	test_not_a_file();
 	test_sweep();

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -214,6 +215,59 @@ void uls_seg_unmap(struct uls_seg *seg)
 		munmap(seg->hdr, seg->map_size);
 	if (seg)
 		memset(seg, 0, sizeof(*seg));
+}
+
+/*
+ * The last unmap of a segment frees its pages, several microseconds that a closing
+ * connection would otherwise pay at once (docs/PERFORMANCE.md). Closed connections'
+ * mappings wait here until the process is about to sleep anyway (uls_seg_reap), or until
+ * RETIRE_MAX of them are waiting. Nothing reads them any more: the conn is gone.
+ */
+#define RETIRE_MAX 16
+static pthread_mutex_t retire_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	void *map;
+	size_t size;
+} retire_list[RETIRE_MAX];
+static _Atomic int retire_count;
+
+void uls_seg_retire(struct uls_seg *seg)
+{
+	if (!seg || !seg->hdr)
+		return;
+	pthread_mutex_lock(&retire_mu);
+	int n = atomic_load_explicit(&retire_count, memory_order_relaxed);
+	if (n == RETIRE_MAX) {
+		munmap(retire_list[0].map, retire_list[0].size);
+		memmove(&retire_list[0], &retire_list[1], (RETIRE_MAX - 1) * sizeof(retire_list[0]));
+		n--;
+	}
+	retire_list[n].map = seg->hdr;
+	retire_list[n].size = seg->map_size;
+	atomic_store_explicit(&retire_count, n + 1, memory_order_relaxed);
+	pthread_mutex_unlock(&retire_mu);
+	memset(seg, 0, sizeof(*seg));
+}
+
+void uls_seg_reap_slow(void)
+{
+	pthread_mutex_lock(&retire_mu);
+	int n = atomic_load_explicit(&retire_count, memory_order_relaxed);
+	for (int i = 0; i < n; i++)
+		munmap(retire_list[i].map, retire_list[i].size);
+	atomic_store_explicit(&retire_count, 0, memory_order_relaxed);
+	pthread_mutex_unlock(&retire_mu);
+}
+
+_Atomic int *uls_seg_retired_count(void)
+{
+	return &retire_count;
+}
+
+void uls_seg_atfork_child(void)
+{
+	/* The child has its own copies of the mappings: it unmaps them in its own time. */
+	pthread_mutex_init(&retire_mu, NULL);
 }
 
 void uls_seg_remove(const struct uls_seg *seg)

@@ -126,6 +126,24 @@ void uls_seg_remove(const struct uls_seg *seg);
 /* Unmaps; accepts a zeroed seg. */
 void uls_seg_unmap(struct uls_seg *seg);
 
+/*
+ * Unmaps a closed connection's segment later: when the process is about to sleep
+ * (uls_seg_reap), or when too many wait. Zeroes seg.
+ */
+void uls_seg_retire(struct uls_seg *seg);
+
+/* Unmaps the retired segments; cheap when there are none. Call before sleeping. */
+void uls_seg_reap_slow(void);
+_Atomic int *uls_seg_retired_count(void);
+static inline void uls_seg_reap(void)
+{
+	if (atomic_load_explicit(uls_seg_retired_count(), memory_order_relaxed))
+		uls_seg_reap_slow();
+}
+
+/* In a fork child: the retire list's lock may have been held by another thread. */
+void uls_seg_atfork_child(void);
+
 /* Removes the file name; the mapping stays valid. */
 void uls_seg_unlink(uint64_t ino);
 
