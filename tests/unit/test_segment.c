@@ -269,10 +269,10 @@ static int is_mapped(void *addr)
 	return mincore(addr, 4096, vec) == 0;
 }
 
-/* Closed connections' mappings wait for uls_seg_reap, at most 16 of them. */
+/* Closed connections' mappings wait for uls_seg_reap, at most ULS_SEG_RETIRE_MAX. */
 static void test_retire(void)
 {
-	enum { N = 20, KEPT = 16 };
+	enum { N = ULS_SEG_RETIRE_MAX + 5, KEPT = ULS_SEG_RETIRE_MAX };
 	struct uls_seg s[N];
 	void *maps[N];
 

@@ -221,25 +221,31 @@ void uls_seg_unmap(struct uls_seg *seg)
  * The last unmap of a segment frees its pages, several microseconds that a closing
  * connection would otherwise pay at once (docs/PERFORMANCE.md). Closed connections'
  * mappings wait here until the process is about to sleep anyway (uls_seg_reap), or until
- * RETIRE_MAX of them are waiting. Nothing reads them any more: the conn is gone.
+ * ULS_SEG_RETIRE_MAX of them are waiting. Nothing reads them any more: the conn is gone.
+ * Only trylock: a signal handler may close a socket while the code it interrupted holds
+ * the lock.
  */
-#define RETIRE_MAX 16
 static pthread_mutex_t retire_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	void *map;
 	size_t size;
-} retire_list[RETIRE_MAX];
+} retire_list[ULS_SEG_RETIRE_MAX];
 static _Atomic int retire_count;
 
 void uls_seg_retire(struct uls_seg *seg)
 {
 	if (!seg || !seg->hdr)
 		return;
-	pthread_mutex_lock(&retire_mu);
+	/* Busy: another thread, or the code a signal handler interrupted. Unmap at once. */
+	if (pthread_mutex_trylock(&retire_mu) != 0) {
+		uls_seg_unmap(seg);
+		return;
+	}
 	int n = atomic_load_explicit(&retire_count, memory_order_relaxed);
-	if (n == RETIRE_MAX) {
+	if (n == ULS_SEG_RETIRE_MAX) {
 		munmap(retire_list[0].map, retire_list[0].size);
-		memmove(&retire_list[0], &retire_list[1], (RETIRE_MAX - 1) * sizeof(retire_list[0]));
+		memmove(&retire_list[0], &retire_list[1],
+			(ULS_SEG_RETIRE_MAX - 1) * sizeof(retire_list[0]));
 		n--;
 	}
 	retire_list[n].map = seg->hdr;
@@ -251,7 +257,8 @@ void uls_seg_retire(struct uls_seg *seg)
 
 void uls_seg_reap_slow(void)
 {
-	pthread_mutex_lock(&retire_mu);
+	if (pthread_mutex_trylock(&retire_mu) != 0)
+		return; /* the next sleep reaps them */
 	int n = atomic_load_explicit(&retire_count, memory_order_relaxed);
 	for (int i = 0; i < n; i++)
 		munmap(retire_list[i].map, retire_list[i].size);

@@ -128,8 +128,10 @@ void uls_seg_unmap(struct uls_seg *seg);
 
 /*
  * Unmaps a closed connection's segment later: when the process is about to sleep
- * (uls_seg_reap), or when too many wait. Zeroes seg.
+ * (uls_seg_reap), or when ULS_SEG_RETIRE_MAX wait already (the oldest goes then).
+ * Zeroes seg. Each idle moment reaps them all, so a few slots are enough.
  */
+#define ULS_SEG_RETIRE_MAX 4
 void uls_seg_retire(struct uls_seg *seg);
 
 /* Unmaps the retired segments; cheap when there are none. Call before sleeping. */
