@@ -208,7 +208,14 @@ int uls_conn_send_token_locked(struct uls_conn *c, int fd)
 {
 	char b = 0;
 
-	uls_conn_nodelay(c, fd);
+	/*
+	 * Nagle holds back a small segment only while earlier bytes are unacknowledged. An
+	 * attached server puts nothing but wake-ups on TCP (its data there starts with a
+	 * revert, after its last wake-up), so its first wake-up goes out at once: a short
+	 * connection saves the two system calls of TCP_NODELAY. Later ones need it.
+	 */
+	if (c->role != ULS_SERVER || atomic_load_explicit(&c->me->tokens_sent, memory_order_relaxed))
+		uls_conn_nodelay(c, fd);
 	if (uls_libc.send(fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1)
 		return 0;
 	atomic_fetch_add_explicit(&c->me->tokens_sent, 1, memory_order_relaxed);
