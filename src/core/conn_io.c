@@ -24,6 +24,7 @@
 
 #include "conn.h"
 #include "conn_io.h"
+#include "../transport/shm/guard.h"
 #include "config.h"
 #include "cpu.h"
 #include "fence.h"
@@ -418,6 +419,19 @@ void uls_conn_broken(struct uls_conn *c, int fd, const char *what)
 			 uls_conn_names(c, names, sizeof(names)), what);
 }
 
+/*
+ * Was the segment file shrunk under this process (src/transport/shm/guard.h)? Then its
+ * mapping holds private zero pages now, and the connection is over: what a call read
+ * from it meanwhile is not data. One relaxed load when nothing was ever cut.
+ */
+static int cut_off(struct uls_conn *c, int fd)
+{
+	if (!c->seg.hdr || !uls_guard_cut_at(c->seg.hdr))
+		return 0;
+	uls_conn_broken(c, fd, "its segment file was truncated");
+	return 1;
+}
+
 static size_t iov_total(const struct iovec *iov, int iovcnt)
 {
 	size_t t = 0;
@@ -697,6 +711,8 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 			continue;
 		}
 		atomic_fetch_add(&c->tx_full, 1);
+		if (cut_off(c, fd))
+			continue;
 		if (atomic_load(&c->peer->revert_req)) {
 			/* The reader stopped for good: the rest of this send goes on TCP. */
 			uls_revert_serve_locked(c, fd);
@@ -930,7 +946,7 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 			wake_producer(c, fd);
 			return (ssize_t)n;
 		}
-		if (atomic_load(&c->broken))
+		if (atomic_load(&c->broken) || cut_off(c, fd))
 			return -ECONNRESET;
 		int back = uls_revert_rx_back(c, fd);
 		if (back != 0)
@@ -1056,11 +1072,13 @@ ssize_t uls_conn_send(struct uls_conn *c, int fd, const struct iovec *iov, int i
 	if (solo) {
 		n = conn_send(c, fd, iov, iovcnt, flags);
 		solo_end(c);
-		return n;
+		return cut_off(c, fd) ? -ECONNRESET : n;
 	}
 	if (!uls_conn_hold(c))
 		return -EBADF;
 	n = conn_send(c, fd, iov, iovcnt, flags);
+	if (cut_off(c, fd))
+		n = -ECONNRESET;
 	uls_conn_unhold(c);
 	return n;
 }
@@ -1075,11 +1093,13 @@ ssize_t uls_conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags)
 	if (solo) {
 		n = conn_recv(c, fd, msg, flags);
 		solo_end(c);
-		return n;
+		return cut_off(c, fd) ? -ECONNRESET : n;
 	}
 	if (!uls_conn_hold(c))
 		return -EBADF;
 	n = conn_recv(c, fd, msg, flags);
+	if (cut_off(c, fd))
+		n = -ECONNRESET;
 	uls_conn_unhold(c);
 	return n;
 }
@@ -1170,6 +1190,9 @@ int uls_conn_ready(struct uls_conn *c, int events)
 		r |= POLLHUP;
 	if (atomic_load(&c->epipe) || (atomic_load(&c->peer->state) & ULS_SIDE_RESET))
 		r |= POLLERR | POLLHUP;
+	/* Last: the reads above may be what found the segment cut. A reset, as in TCP. */
+	if (cut_off(c, c->stat ? c->stat->fd : -1))
+		r = POLLIN | POLLOUT | POLLRDHUP | POLLERR | POLLHUP;
 	return r & (events | POLLERR | POLLHUP);
 }
 

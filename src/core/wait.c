@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "conn.h"
+#include "../transport/shm/guard.h"
 #include "cpu.h"
 #include "../preload/libc.h"
 
@@ -66,6 +67,10 @@ int uls_signal_install(int sig, const struct sigaction *act, struct sigaction *o
 {
 	struct sigaction mine, prev;
 	int r;
+
+	/* SIGBUS stays with the segment guard, which keeps the program's action itself. */
+	if (sig == SIGBUS && uls_guard_sigaction(act, old, &r) == 0)
+		return r;
 
 	if (sig <= 0 || sig >= NSIG_TRACKED || sig == SIGKILL || sig == SIGSTOP)
 		return real(sig, act, old);

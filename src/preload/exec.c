@@ -24,6 +24,7 @@
 #include "../core/fdtable.h"
 #include "../core/log.h"
 #include "../core/wait.h"
+#include "../transport/shm/guard.h"
 
 typedef int (*execve_fn)(const char *, char *const[], char *const[]);
 typedef int (*execvpe_fn)(const char *, char *const[], char *const[]);
@@ -142,8 +143,10 @@ static int do_exec(const char *file, char *const argv[], char *const envp[], int
 	}
 	env = fixed_env(envp, &entry);
 	uls_epoll_unshare();
+	uls_guard_exec_begin();
 	r = search ? real_execvpe(file, argv, env) : real_execve(file, argv, env);
 	err = errno;
+	uls_guard_exec_failed();
 	if (env != envp) {
 		free(entry);
 		free(env);

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "preload.h"
 #include "../core/config.h"
@@ -10,6 +12,7 @@
 #include "../core/fence.h"
 #include "../core/log.h"
 #include "../core/stat.h"
+#include "../transport/shm/guard.h"
 #include "../transport/shm/segment.h"
 
 int uls_ready;
@@ -39,6 +42,12 @@ static void do_init(void)
 	pthread_atfork(atfork_prepare, NULL, atfork_child);
 	if (!uls_cfg.disabled) {
 		uls_seg_sweep();
+		/* A segment file shrunk under this process must break one connection, not
+		 * kill the process (src/transport/shm/guard.h). */
+		int err = uls_guard_install((uls_sigaction_fn)dlsym(RTLD_NEXT, "sigaction"));
+		if (err < 0)
+			uls_warn("no SIGBUS guard (%s): a truncated segment file kills the process",
+				 strerror(-err));
 	}
 	uls_ready = 1;
 	uls_dbg("loaded, profile %s", uls_profile_name(uls_cfg.profile));

@@ -9,7 +9,9 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <setjmp.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -23,6 +25,7 @@
 #include "check.h"
 #include "core/config.h"
 #include "preload/libc.h"
+#include "transport/shm/guard.h"
 #include "transport/shm/segment.h"
 
 #define COOKIE 0xc00c1e5eed000001ull
@@ -294,6 +297,83 @@ static void test_retire(void)
 	uls_seg_reap();
 	for (int i = 0; i < N; i++)
 		CHECK_INT(is_mapped(maps[i]), ==, 0);
+}
+
+static sigjmp_buf bus_jmp;
+static volatile sig_atomic_t app_bus_calls;
+
+static void app_bus_handler(int sig)
+{
+	(void)sig;
+	app_bus_calls++;
+	siglongjmp(bus_jmp, 1);
+}
+
+/*
+ * A segment file shrunk under its mapping: the guard turns the SIGBUS into private zero
+ * pages and remembers the cut; a SIGBUS anywhere else still reaches the program.
+ */
+static void test_truncated(void)
+{
+	struct uls_seg s;
+	char path[96];
+	int fd, r;
+
+	struct sigaction before;
+
+	check_context("segment truncated under the mapping");
+	CHECK_EQ(sigaction(SIGBUS, NULL, &before), 0); /* SIG_DFL, or a sanitizer's */
+	r = uls_guard_install(sigaction);
+	if (r < 0) {
+		/* A sanitizer runtime keeps SIGBUS to itself. */
+		fprintf(stderr, "test_segment: no SIGBUS guard here (%s), truncation not tested\n",
+			strerror(-r));
+		return;
+	}
+	memset(&s, 0, sizeof(s));
+	CHECK_EQ(uls_seg_create(&s, test_ino(40), COOKIE, ULS_RING_MIN, ULS_RING_MIN), 0);
+	_Atomic uint64_t *tail = &s.ring[ULS_S2C].sh->prod.tail;
+	atomic_store(tail, 42);
+	CHECK(!uls_guard_cut_at(s.hdr));
+	uls_seg_path(path, sizeof(path), test_ino(40));
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	CHECK(fd >= 0);
+	CHECK_EQ(ftruncate(fd, 0), 0);
+	close(fd);
+	CHECK_INT(atomic_load(tail), ==, 0); /* the fault found zero pages */
+	CHECK(uls_guard_cut_at(s.hdr));
+	atomic_store(tail, 7); /* writable, and this process's own now */
+	CHECK_INT(atomic_load(tail), ==, 7);
+	void *base = s.hdr;
+	uls_seg_remove(&s);
+	uls_seg_unmap(&s);
+	CHECK(!uls_guard_was_cut(base));
+
+	/* Not a segment: the program's handler gets it. */
+	struct sigaction act, old;
+	memset(&act, 0, sizeof(act));
+	act.sa_handler = app_bus_handler;
+	sigemptyset(&act.sa_mask);
+	CHECK_EQ(uls_guard_sigaction(&act, &old, &r), 0);
+	/* What was there before the guard is what the program is told it had. */
+	CHECK_INT(old.sa_flags & SA_SIGINFO, ==, before.sa_flags & SA_SIGINFO);
+	CHECK(old.sa_handler == before.sa_handler);
+	char other[] = "/dev/shm/uls-test-bus.XXXXXX";
+	fd = mkstemp(other);
+	CHECK(fd >= 0);
+	CHECK_EQ(ftruncate(fd, 4096), 0);
+	volatile char *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	CHECK(m != MAP_FAILED);
+	CHECK_EQ(ftruncate(fd, 0), 0);
+	unlink(other);
+	close(fd);
+	if (sigsetjmp(bus_jmp, 1) == 0) {
+		m[0] = 1;
+		CHECK(!"no SIGBUS from a truncated file");
+	}
+	CHECK_INT(app_bus_calls, ==, 1);
+	munmap((void *)m, 4096);
+	CHECK_EQ(uls_guard_sigaction(&old, NULL, &r), 0);
 }
 
 static void test_images(void)
@@ -576,6 +656,7 @@ int main(void)
 	test_create_invalid();
 	test_create_over_stale();
 	test_retire();
+	test_truncated();
 	test_images();
 	test_not_a_file();
 	test_sweep();

@@ -14,6 +14,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include "guard.h"
 #include "../../core/config.h"
 #include "../../core/log.h"
 #include "../../preload/libc.h"
@@ -196,6 +197,7 @@ int uls_seg_open_as(struct uls_seg *seg, uid_t uid, uint64_t ino, uint64_t cooki
 	/* Copy the identity once: what was validated is what this process uses. */
 	memcpy(&id, map, sizeof(id));
 	if (!ident_valid(&id, ino, cookie, (size_t)st.st_size)) {
+		uls_guard_forget(map);
 		munmap(map, (size_t)st.st_size);
 		return -EPROTO;
 	}
@@ -211,8 +213,10 @@ err_close:
 
 void uls_seg_unmap(struct uls_seg *seg)
 {
-	if (seg && seg->hdr)
+	if (seg && seg->hdr) {
+		uls_guard_forget(seg->hdr);
 		munmap(seg->hdr, seg->map_size);
+	}
 	if (seg)
 		memset(seg, 0, sizeof(*seg));
 }
@@ -243,6 +247,7 @@ void uls_seg_retire(struct uls_seg *seg)
 	}
 	int n = atomic_load_explicit(&retire_count, memory_order_relaxed);
 	if (n == ULS_SEG_RETIRE_MAX) {
+		uls_guard_forget(retire_list[0].map);
 		munmap(retire_list[0].map, retire_list[0].size);
 		memmove(&retire_list[0], &retire_list[1],
 			(ULS_SEG_RETIRE_MAX - 1) * sizeof(retire_list[0]));
@@ -260,8 +265,10 @@ void uls_seg_reap_slow(void)
 	if (pthread_mutex_trylock(&retire_mu) != 0)
 		return; /* the next sleep reaps them */
 	int n = atomic_load_explicit(&retire_count, memory_order_relaxed);
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
+		uls_guard_forget(retire_list[i].map);
 		munmap(retire_list[i].map, retire_list[i].size);
+	}
 	atomic_store_explicit(&retire_count, 0, memory_order_relaxed);
 	pthread_mutex_unlock(&retire_mu);
 }

@@ -103,6 +103,9 @@ struct uls_seg {
 	uid_t uid;    /* the client's uid, also part of the name */
 };
 
+/* Every segment file's name starts so: /dev/shm/ulsock.<uid>.<client socket inode>. */
+#define ULS_SEG_PATH_PREFIX "/dev/shm/ulsock."
+
 /*
  * Creates the segment for a client socket (inode ino, cookie) with the given ring sizes.
  * Returns 0 or -errno.
