@@ -177,7 +177,13 @@ struct epreg {
 	int ghost;        /* deleted by the program, still registered with the kernel */
 	struct uls_conn *ghost_conn; /* the ghost's conn and its segment's inode: an fd */
 	uint64_t ghost_ino;          /* closed behind ulsock's back has another */
+	int closed;       /* its fd was closed: the kernel may still report it (a dup) */
+	struct uls_conn *oconn; /* an orphan (see orphan()): its conn, and a descriptor */
+	int ofd;                /* of its socket still open in this process */
 };
+
+/* Kernel data of an orphan: the tag and the epreg's address (user addresses are < 2^63). */
+#define ORPHAN_TAG (1ull << 63)
 
 struct uls_epoll {
 	pthread_mutex_t mu;
@@ -191,6 +197,8 @@ struct uls_epoll {
 	int epfd;    /* the descriptor the last epoll_ctl named, -1 once closed */
 	int shared;  /* another process may use the kernel epoll set (fork): no ghosts */
 	uint64_t kernel_seen; /* when a wait last asked the kernel (ns) */
+	struct epreg **orph;  /* orphans: registrations that outlived their fd */
+	int norph, caporph;
 };
 
 static pthread_mutex_t eplist_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -247,6 +255,9 @@ void uls_epoll_put(struct uls_epoll *ep)
 	pthread_mutex_unlock(&eplist_mu);
 	for (int i = 0; i < ep->cap; i++)
 		free(ep->regs[i]);
+	for (int i = 0; i < ep->norph; i++)
+		free(ep->orph[i]);
+	free(ep->orph);
 	free(ep->regs);
 	free(ep->watch);
 	pthread_mutex_destroy(&ep->mu);
@@ -434,7 +445,7 @@ int uls_epoll_ctl(struct uls_epoll *ep, int epfd, int op, int fd, struct epoll_e
 			err = -EFAULT;
 			break;
 		}
-		if (!r) {
+		if (!r || r->closed) {
 			struct epoll_event kev = *ev;
 			err = uls_libc.epoll_ctl(epfd, op, fd, &kev) < 0 ? -errno : -ENOENT;
 			break;
@@ -455,6 +466,9 @@ int uls_epoll_ctl(struct uls_epoll *ep, int epfd, int op, int fd, struct epoll_e
 			break;
 		}
 		err = uls_libc.epoll_ctl(epfd, op, fd, ev) < 0 ? -errno : 0;
+		/* A closed fd's registration stays while the kernel keeps it (EBADF). */
+		if (err < 0 && r && r->closed)
+			break;
 		free(r);
 		ep->regs[fd] = NULL;
 		watch_del(ep, fd);
@@ -467,6 +481,74 @@ out:
 	return err;
 }
 
+/* Another descriptor of c's socket in this process than fd, or -1. */
+static int other_fd(struct uls_conn *c, int fd)
+{
+	int max = uls_fd_max();
+
+	for (int i = 0; i <= max; i++) {
+		struct uls_fd *e = uls_fd_get(i);
+		if (i != fd && e && atomic_load(&e->kind) == ULS_FD_CONN && e->conn == c)
+			return i;
+	}
+	return -1;
+}
+
+static void orphan_drop(struct uls_epoll *ep, int i)
+{
+	free(ep->orph[i]);
+	ep->orph[i] = ep->orph[--ep->norph];
+}
+
+/*
+ * The kernel's registration belongs to the open file, not to the number: closing the
+ * registered fd while a dup keeps the socket open leaves it in the set, reporting with the
+ * program's data, until the last descriptor closes (and EPOLL_CTL_DEL by the old number
+ * gives EBADF). A ring conn's registration does so as an orphan: before the close its
+ * kernel data is re-keyed to the epreg, whose readiness ulsock keeps deciding through the
+ * conn, draining wake-ups through another descriptor of the socket.
+ */
+static int orphan(struct uls_epoll *ep, struct epreg *r, int fd)
+{
+	struct uls_conn *c = ring_conn(fd);
+	int ofd = c ? other_fd(c, fd) : -1;
+
+	if (ofd < 0 || ep->epfd < 0)
+		return 0;
+	if (ep->norph == ep->caporph) {
+		int nc = ep->caporph ? ep->caporph * 2 : 8;
+		struct epreg **no = realloc(ep->orph, (size_t)nc * sizeof(*no));
+		if (!no)
+			return 0;
+		ep->orph = no;
+		ep->caporph = nc;
+	}
+	struct epoll_event kev = {.events = r->kev, .data.u64 = ORPHAN_TAG | (uintptr_t)r};
+	if (uls_libc.epoll_ctl(ep->epfd, EPOLL_CTL_MOD, fd, &kev) < 0)
+		return 0;
+	r->oconn = c;
+	r->ofd = ofd;
+	ep->orph[ep->norph++] = r;
+	ep->regs[fd] = NULL;
+	watch_del(ep, fd);
+	return 1;
+}
+
+/* The orphan a kernel event names, if it is still one. */
+static struct epreg *orphan_of(struct uls_epoll *ep, uint64_t data)
+{
+	for (int i = 0; i < ep->norph; i++)
+		if ((ORPHAN_TAG | (uintptr_t)ep->orph[i]) == data)
+			return ep->orph[i];
+	return NULL;
+}
+
+/* An orphan whose descriptor was closed behind ulsock's back is dropped. */
+static int orphan_valid(struct epreg *r)
+{
+	return uls_fd_conn(r->ofd) == r->oconn;
+}
+
 void uls_epoll_forget_fd(int fd)
 {
 	pthread_mutex_lock(&eplist_mu);
@@ -475,10 +557,24 @@ void uls_epoll_forget_fd(int fd)
 		pthread_mutex_lock(&ep->mu);
 		if (ep->epfd == fd)
 			ep->epfd = -1;
-		if (fd < ep->cap && ep->regs[fd] && ep->regs[fd]->ghost) {
+		/* Orphans that drain through fd need another descriptor, or go with it. */
+		for (int k = ep->norph - 1; k >= 0; k--) {
+			struct epreg *o = ep->orph[k];
+			if (o->ofd == fd && (o->ofd = other_fd(o->oconn, fd)) < 0)
+				orphan_drop(ep, k);
+		}
+		struct epreg *r = fd < ep->cap ? ep->regs[fd] : NULL;
+		if (r && r->ghost) {
 			drop_ghost(ep, ep->epfd, fd);
-		} else if (fd < ep->cap && ep->regs[fd]) {
-			free(ep->regs[fd]);
+		} else if (r && r->ring && orphan(ep, r, fd)) {
+			/* kept, as an orphan */
+		} else if (r && !r->ring) {
+			/* The kernel decides its readiness and keeps reporting it with fd as data
+			 * while a dup lives; a new registration of the number replaces it. */
+			r->closed = 1;
+			watch_del(ep, fd);
+		} else if (r) {
+			free(r);
 			ep->regs[fd] = NULL;
 			watch_del(ep, fd);
 		}
@@ -515,7 +611,7 @@ static int emit(struct uls_epoll *ep, struct epreg *r, int ready, struct epoll_e
 	if (!ready || r->fired || r->round == ep->round)
 		return 0;
 	if (r->ring && (r->events & EPOLLET)) {
-		c = uls_fd_conn(r->fd);
+		c = r->oconn ? r->oconn : uls_fd_conn(r->fd);
 		uint64_t g = c ? uls_conn_gen(c, poll_bits(r->events)) + (uint64_t)ready : 0;
 		if (g == r->gen)
 			return 0;
@@ -546,6 +642,14 @@ static int inner_ready(struct uls_epoll *ep, int arm, int depth);
 /* User-space readiness of one watched registration (0 when the kernel decides). */
 static int watched_ready(struct uls_epoll *ep, int epfd, struct epreg *r, int arm, int depth)
 {
+	if (r->oconn) {
+		if (r->fired || !orphan_valid(r))
+			return 0;
+		if (arm)
+			uls_conn_arm(r->oconn, poll_bits(r->events));
+		return uls_conn_ready(r->oconn, poll_bits(r->events)) &
+		       poll_bits(r->events | EPOLLERR | EPOLLHUP);
+	}
 	struct uls_fd *e = uls_fd_get(r->fd);
 
 	if (e && atomic_load(&e->kind) == ULS_FD_EPOLL && e->ep && e->ep != ep && depth < 4) {
@@ -578,6 +682,14 @@ static int inner_ready(struct uls_epoll *ep, int arm, int depth)
 			any |= c && (uls_conn_ready(c, poll_bits(r->events)) & poll_bits(r->events));
 		}
 	}
+	for (int i = 0; i < ep->norph && (arm || !any); i++) {
+		struct epreg *r = ep->orph[i];
+		if (!r->fired && orphan_valid(r)) {
+			if (arm)
+				uls_conn_arm(r->oconn, poll_bits(r->events));
+			any |= uls_conn_ready(r->oconn, poll_bits(r->events)) & poll_bits(r->events);
+		}
+	}
 	pthread_mutex_unlock(&ep->mu);
 	(void)depth;
 	return any;
@@ -597,6 +709,8 @@ static int user_pass(struct uls_epoll *ep, int epfd, struct epoll_event *evs, in
 		if (got)
 			ep->next = i + 1;
 	}
+	for (int i = 0; i < ep->norph && n < max; i++)
+		n += emit(ep, ep->orph[i], watched_ready(ep, epfd, ep->orph[i], arm, 0), &evs[n]);
 	return n;
 }
 
@@ -616,6 +730,14 @@ static int kernel_pass(struct uls_epoll *ep, int epfd, struct epoll_event *evs, 
 	if (r < 0)
 		return -errno;
 	for (int i = 0; i < r && n < max; i++) {
+		if (kev[i].data.u64 & ORPHAN_TAG) {
+			struct epreg *o = orphan_of(ep, kev[i].data.u64);
+			if (!o || !orphan_valid(o))
+				continue;
+			int ready = merge(o->oconn, o->ofd, poll_bits(o->events), (int)kev[i].events);
+			n += emit(ep, o, ready & poll_bits(o->events | EPOLLERR | EPOLLHUP), &evs[n]);
+			continue;
+		}
 		int fd = (int)kev[i].data.u64;
 		struct epreg *reg = fd >= 0 && fd < ep->cap ? ep->regs[fd] : NULL;
 		if (!reg)
@@ -644,7 +766,7 @@ static int kernel_pass(struct uls_epoll *ep, int epfd, struct epoll_event *evs, 
 
 static int has_ring(struct uls_epoll *ep)
 {
-	return ep->nwatch > 0;
+	return ep->nwatch > 0 || ep->norph > 0;
 }
 
 int uls_epoll_wait(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int max,

@@ -732,6 +732,38 @@ static void case_dup_close(CALLS_ARGS)
 }
 
 /*
+ * The same for a descriptor whose readiness the kernel decides (a pipe): its registration
+ * outlives the closed number while a dup keeps the pipe open, with the program's data.
+ */
+static void case_dup_close_pipe(CALLS_ARGS)
+{
+	struct epoll_event ev = {.events = EPOLLIN};
+	int pfd[2], ep = epoll_create1(0);
+	char c;
+
+	CHECK(ep >= 0);
+	CHECK(pipe(pfd) == 0);
+	int keep = dup(pfd[0]);
+	CHECK(keep >= 0);
+	ep_add(ep, pfd[0], EPOLLIN, 0xfeed);
+	int old = pfd[0];
+	CHECK(close(pfd[0]) == 0);
+	ep_expect_none(ep, 20);
+	CHECK(write(pfd[1], "p", 1) == 1);
+	ep_expect_one(ep, 0xfeed, EPOLLIN, 5000);
+	CHECK_ERR(epoll_ctl(ep, EPOLL_CTL_MOD, old, &ev), EBADF);
+	CHECK_ERR(epoll_ctl(ep, EPOLL_CTL_DEL, old, &ev), EBADF);
+	ep_expect_one(ep, 0xfeed, EPOLLIN, 0); /* still there, level-triggered */
+	CHECK(read(keep, &c, 1) == 1);
+	ep_expect_none(ep, 20);
+	CHECK(close(keep) == 0);
+	CHECK(write(pfd[1], "q", 1) == 1 || errno == EPIPE);
+	ep_expect_none(ep, 50);
+	close(pfd[1]);
+	close(ep);
+}
+
+/*
  * Delete and add again, as event loops do around every request (ulsock keeps such a
  * registration in the kernel set and hides it): a deleted socket is never reported, a
  * second DEL or a MOD gets ENOENT, an add reports what is pending with the new data, a
@@ -872,6 +904,7 @@ static const struct calls_case cases[] = {
 	{"pwait2", case_pwait2},
 	{"wait_eintr", case_wait_eintr},
 	{"dup_close", case_dup_close},
+	{"dup_close_pipe", case_dup_close_pipe},
 	{"maxevents", case_maxevents},
 	{"readd", case_readd},
 	{NULL, NULL},

@@ -19,6 +19,7 @@ CASES = {
     "pwait2": "epoll_pwait2 timespec timeout, zero timeout, NULL timeout (skips without it)",
     "wait_eintr": "epoll_wait returns EINTR on a signal even with SA_RESTART",
     "dup_close": "registration outlives the closed fd while a dup lives; DEL gives EBADF",
+    "dup_close_pipe": "the same for a pipe (readiness decided by the kernel); MOD/DEL EBADF",
     "maxevents": "level-triggered with maxevents=1 goes round all ready sockets (no starvation)",
     "readd": "DEL then ADD around requests: a deleted socket is never reported (also after "
              "fork, or a close with a dup open); DEL/MOD of it ENOENT; ADD reports pending data",
@@ -32,11 +33,6 @@ def test_case_list(uls):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_epoll(uls, case, mode):
-    if case == "dup_close" and mode == "ulsock":
-        # Known gap, in the README's limitations: ulsock's epoll registration follows the
-        # descriptor number, so closing the registered number while a dup keeps the socket
-        # open ends its accelerated readiness reports.
-        pytest.xfail("epoll registration of an accelerated socket does not outlive its fd")
     run_case(uls, HELPER, case, mode)
 
 
