@@ -5,7 +5,8 @@
  * the socket's inode). When the new environment drops the library, each inherited
  * accelerated socket first moves back to kernel TCP in place; if the peer does not answer
  * in time, the library is put back into the environment instead, so that no byte is lost.
- * Static binaries cannot be helped: see the README's limitations.
+ * posix_spawn and posix_spawnp get the same treatment for the child they start. Static
+ * binaries cannot be helped: see the README's limitations.
  */
 #include <dirent.h>
 #include <dlfcn.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <errno.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,9 +57,10 @@ static int preload_has(const char *value, const char *lib)
 
 /*
  * The new program will not run ulsock: move every accelerated socket it inherits back to
- * kernel TCP first. Returns 0 when all could be moved.
+ * kernel TCP first. With all, close-on-exec ones too (a posix_spawn file action may dup
+ * them into the child). Returns 0 when all could be moved.
  */
-static int revert_inherited(void)
+static int revert_inherited(int all)
 {
 	struct dirent *de;
 	DIR *d = opendir("/proc/self/fd");
@@ -73,7 +76,7 @@ static int revert_inherited(void)
 		if (!c || !c->seg.hdr || atomic_load(&c->path) == ULS_PATH_KERNEL)
 			continue;
 		int fl = uls_libc.fcntl(fd, F_GETFD);
-		if (fl < 0 || (fl & FD_CLOEXEC))
+		if (fl < 0 || ((fl & FD_CLOEXEC) && !all))
 			continue;
 		int r = uls_conn_revert(c, fd, 2000);
 		if (r < 0) {
@@ -86,7 +89,7 @@ static int revert_inherited(void)
 }
 
 /* Returns envp, or a new environment with the library added to LD_PRELOAD. */
-static char **fixed_env(char *const envp[], char **to_free)
+static char **fixed_env(char *const envp[], char **to_free, int all)
 {
 	const char *lib = library_path(), *old = NULL;
 	size_t n = 0, k = 0;
@@ -104,7 +107,7 @@ static char **fixed_env(char *const envp[], char **to_free)
 	if (old && preload_has(old, lib))
 		return (char **)envp;
 	/* The preload was dropped: go back to TCP in place, else keep the library. */
-	if (revert_inherited() == 0)
+	if (revert_inherited(all) == 0)
 		return (char **)envp;
 	env = malloc((n + 2) * sizeof(*env));
 	entry = malloc(strlen(lib) + (old ? strlen(old) : 0) + 16);
@@ -141,7 +144,7 @@ static int do_exec(const char *file, char *const argv[], char *const envp[], int
 		real_execve = (execve_fn)dlsym(RTLD_NEXT, "execve");
 		real_execvpe = (execvpe_fn)dlsym(RTLD_NEXT, "execvpe");
 	}
-	env = fixed_env(envp, &entry);
+	env = fixed_env(envp, &entry, 0);
 	uls_epoll_unshare();
 	uls_guard_exec_begin();
 	r = search ? real_execvpe(file, argv, env) : real_execve(file, argv, env);
@@ -173,6 +176,52 @@ ULS_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 ULS_EXPORT int execvp(const char *file, char *const argv[])
 {
 	return do_exec(file, argv, environ, 1);
+}
+
+/*
+ * posix_spawn: the child runs a new program, as after fork and exec, but no fork handler
+ * or exec of this process runs on the way (glibc uses clone and a raw execve). The parent
+ * goes on using its sockets; a child that joins one under ulsock is seen when it does.
+ */
+typedef int (*posix_spawn_fn)(pid_t *, const char *, const posix_spawn_file_actions_t *,
+			      const posix_spawnattr_t *, char *const[], char *const[]);
+
+static int do_spawn(int search, pid_t *pid, const char *file,
+		    const posix_spawn_file_actions_t *fa, const posix_spawnattr_t *attr,
+		    char *const argv[], char *const envp[])
+{
+	static posix_spawn_fn real_spawn, real_spawnp;
+	char *entry, **env;
+	int r;
+
+	uls_ensure_init();
+	if (!real_spawn) {
+		real_spawnp = (posix_spawn_fn)dlsym(RTLD_NEXT, "posix_spawnp");
+		real_spawn = (posix_spawn_fn)dlsym(RTLD_NEXT, "posix_spawn");
+	}
+	env = fixed_env(envp, &entry, fa != NULL);
+	/* The child may inherit an epoll fd: no hidden registrations in it. */
+	uls_epoll_unshare();
+	uls_guard_exec_begin();
+	r = (search ? real_spawnp : real_spawn)(pid, file, fa, attr, argv, env);
+	uls_guard_exec_failed();
+	if (env != envp) {
+		free(entry);
+		free(env);
+	}
+	return r;
+}
+
+ULS_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
+			   const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+	return do_spawn(0, pid, path, fa, attr, argv, envp);
+}
+
+ULS_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
+			    const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
+{
+	return do_spawn(1, pid, file, fa, attr, argv, envp);
 }
 
 /* The execl family: the variadic arguments become an argv. */

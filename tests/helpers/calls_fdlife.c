@@ -263,6 +263,26 @@ static void case_exec_child(CALLS_ARGS)
 }
 
 /*
+ * The peer of a handover (exec, posix_spawn): 10 marker bytes and BIG pattern bytes down,
+ * of which the old image reads 4; then "pre" from the old image and "post" and BIG
+ * pattern bytes from the new one; "after" down; EOF once both are done.
+ */
+static void handover_peer(struct calls_pair *p)
+{
+	char buf[16];
+
+	calls_write_all(p->fd, "0123456789", 10);
+	calls_send_pat(p->fd, 0, BIG, SEED_DOWN);
+	calls_post(p, 'g');
+	calls_read_exact(p->fd, buf, 7);
+	CHECK_EQ(memcmp(buf, "prepost", 7), 0);
+	calls_recv_pat(p->fd, 0, BIG, SEED_UP);
+	calls_write_all(p->fd, "after", 5);
+	calls_expect_eof(p->fd);
+	calls_pair_close(p);
+}
+
+/*
  * An inherited socket across execve: bytes the peer sent before the exec (partly read by the
  * old image) and bytes the old image wrote are neither lost nor duplicated.
  */
@@ -287,15 +307,7 @@ static void exec_case(int plain)
 		}
 		exec_self("exec_child", p.fd, 0);
 	}
-	calls_write_all(p.fd, "0123456789", 10);
-	calls_send_pat(p.fd, 0, BIG, SEED_DOWN);
-	calls_post(&p, 'g');
-	calls_read_exact(p.fd, buf, 7);
-	CHECK_EQ(memcmp(buf, "prepost", 7), 0);
-	calls_recv_pat(p.fd, 0, BIG, SEED_UP);
-	calls_write_all(p.fd, "after", 5);
-	calls_expect_eof(p.fd);
-	calls_pair_close(&p);
+	handover_peer(&p);
 }
 
 static void case_exec(CALLS_ARGS)
@@ -666,6 +678,37 @@ static void case_spawn_shared(CALLS_ARGS)
 	calls_pair_close(&p);
 }
 
+/*
+ * The handover of case exec_plain, to a posix_spawn child whose environment drops
+ * LD_PRELOAD: the spawning process stays (and keeps the socket open) while the child,
+ * without ulsock, reads and writes the kernel socket; the spawner closes after it.
+ */
+static void case_spawn_plain(CALLS_ARGS)
+{
+	char buf[16];
+	struct calls_pair p;
+
+	calls_pair_open(&p, AF_INET);
+	if (p.child == 0) {
+		char num[16];
+		char *args[] = {"calls_fdlife", "exec_child", num, "plain", NULL};
+		pid_t pid;
+		int st;
+
+		calls_await(&p);
+		calls_read_exact(p.fd, buf, 4);
+		CHECK_EQ(memcmp(buf, "0123", 4), 0);
+		calls_write_all(p.fd, "pre", 3);
+		snprintf(num, sizeof(num), "%d", p.fd);
+		CHECK(posix_spawn(&pid, "/proc/self/exe", NULL, NULL, args,
+				  env_without_preload()) == 0);
+		CHECK(waitpid(pid, &st, 0) == pid);
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+		calls_pair_close(&p);
+	}
+	handover_peer(&p);
+}
+
 static const struct calls_case cases[] = {
 	{"dup", case_dup},
 	{"dup2", case_dup2},
@@ -681,6 +724,7 @@ static const struct calls_case cases[] = {
 	{"sendfile", case_sendfile},
 	{"accept4", case_accept4},
 	{"spawn_shared", case_spawn_shared},
+	{"spawn_plain", case_spawn_plain},
 	{"spawn_writer", case_spawn_writer},
 	{NULL, NULL},
 };

@@ -19,6 +19,7 @@ CASES = {
     "sendfile": "3 MiB + 123 from a file with an offset pointer, then from the file position",
     "accept4": "SOCK_NONBLOCK|SOCK_CLOEXEC honoured, peer address filled, EINVAL; accept() blocking",
     "spawn_shared": "a posix_spawn child sends on the parent's socket at the same time: no record torn",
+    "spawn_plain": "socket handed to a posix_spawn child whose environment drops LD_PRELOAD",
 }
 INTERNAL = ["exec_child", "scm_receiver", "spawn_writer"]
 
