@@ -3,7 +3,10 @@
 The tests send a fixed byte count (-n). Whether iperf3's report then shows received ==
 sent depends on the direction, even on plain kernel TCP:
   - reverse (-R, the server sends): the client is the receiver and ends the test when it
-    has received the count, so received == sent exactly; the tests assert it.
+    has received the count; the server keeps sending until the client's TEST_END reaches
+    it, so it may report a block more than the client read (seen once in about 15 runs
+    under ulsock: sent 256 MiB + 128 KiB, received 256 MiB). The tests assert
+    count <= received <= sent.
   - forward: the server stops counting as soon as the client's TEST_END arrives on the
     control connection, often with data still unread (measured on kernel TCP: short by
     0.3 to 5 MiB of 64 MiB in 15 of 15 runs on a loaded 2-CPU VM). Only sent == count
@@ -43,12 +46,12 @@ def run_iperf3(harness, server_end, client_end, extra=(), nbytes=BYTES):
 
 
 def check_single_stream(report, exact, nbytes=BYTES):
-    """exact: the run was reverse, where received == sent holds (see the top)."""
+    """exact: the run was reverse, where the receiver got the whole count (see the top)."""
     end = report["end"]
     sent, received = end["sum_sent"]["bytes"], end["sum_received"]["bytes"]
     assert sent >= nbytes, "sent only %d of %d bytes" % (sent, nbytes)
     if exact:
-        assert received == sent, "sent %d bytes, received %d" % (sent, received)
+        assert nbytes <= received <= sent, "sent %d bytes, received %d" % (sent, received)
     else:
         assert 0 < received <= sent, "sent %d bytes, received %d" % (sent, received)
 
