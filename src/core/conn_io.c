@@ -1060,6 +1060,16 @@ static ssize_t conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 	return n;
 }
 
+/*
+ * A send that published bytes before the cut returns their count, as TCP returns the
+ * count of bytes it took before a reset: the peer may have read them, and a program told
+ * they failed would send them again. The connection is broken now: the next call fails.
+ */
+static ssize_t send_result(struct uls_conn *c, int fd, ssize_t n)
+{
+	return cut_off(c, fd) && n <= 0 ? -ECONNRESET : n;
+}
+
 /* Calls in progress hold the conn against a concurrent close() in another thread. */
 ssize_t uls_conn_send(struct uls_conn *c, int fd, const struct iovec *iov, int iovcnt,
 		      int flags)
@@ -1072,13 +1082,11 @@ ssize_t uls_conn_send(struct uls_conn *c, int fd, const struct iovec *iov, int i
 	if (solo) {
 		n = conn_send(c, fd, iov, iovcnt, flags);
 		solo_end(c);
-		return cut_off(c, fd) ? -ECONNRESET : n;
+		return send_result(c, fd, n);
 	}
 	if (!uls_conn_hold(c))
 		return -EBADF;
-	n = conn_send(c, fd, iov, iovcnt, flags);
-	if (cut_off(c, fd))
-		n = -ECONNRESET;
+	n = send_result(c, fd, conn_send(c, fd, iov, iovcnt, flags));
 	uls_conn_unhold(c);
 	return n;
 }

@@ -145,9 +145,19 @@ def shm_entries(prefix=SHM_PREFIX):
 
 
 def _shm_held_by_live_processes():
-    """/dev/shm/ulsock* names some live process has open or mapped."""
+    """/dev/shm/ulsock* names some live process has open or mapped.
+
+    A client's segment that began as an unnamed spare shows in its maps as
+    "/dev/shm/#<inode> (deleted)" even once named: those are matched by inode."""
     held = set()
     needle = str(SHM_DIR / SHM_PREFIX)
+    unnamed = str(SHM_DIR / "#")
+    by_ino = {}
+    for name in shm_entries():
+        try:
+            by_ino[(SHM_DIR / name).stat().st_ino] = name
+        except OSError:
+            continue
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             for fd in os.listdir(f"/proc/{pid}/fd"):
@@ -161,6 +171,11 @@ def _shm_held_by_live_processes():
                 for line in f:
                     if needle in line:
                         held.add(Path(line.split(None, 5)[-1].strip().split(" (deleted)")[0]).name)
+                    elif unnamed in line:
+                        fields = line.split(None, 5)
+                        name = by_ino.get(int(fields[4])) if len(fields) == 6 else None
+                        if name:
+                            held.add(name)
         except OSError:
             continue
     return held

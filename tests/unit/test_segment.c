@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -265,6 +266,164 @@ static void test_create_over_stale(void)
 	uls_seg_unmap(&s);
 }
 
+/*
+ * Makes the spare for segments of these sizes the way a client process does: a segment of
+ * those sizes, then a sleep. Returns its descriptor, or -1 where spares cannot be made.
+ */
+static int make_spare(uint64_t c2s, uint64_t s2c)
+{
+	struct uls_seg t;
+
+	memset(&t, 0, sizeof(t));
+	uls_seg_spare_drop();
+	CHECK_EQ(uls_seg_create(&t, test_ino(50), COOKIE, c2s, s2c), 0);
+	uls_seg_remove(&t);
+	uls_seg_unmap(&t);
+	CHECK(uls_seg_spare_fd() < 0); /* made while about to sleep, not at once */
+	uls_seg_reap();
+	return uls_seg_spare_fd();
+}
+
+static int fd_is_open(int fd)
+{
+	return fcntl(fd, F_GETFD) >= 0;
+}
+
+/* The inode of the file behind a mapping, from the segment's name. */
+static ino_t file_ino(uint64_t ino)
+{
+	char path[96];
+	struct stat st;
+
+	uls_seg_path(path, sizeof(path), ino);
+	CHECK_EQ(stat(path, &st), 0);
+	return st.st_ino;
+}
+
+/* The spare: made while about to sleep, named by the next create of its sizes. */
+static void test_spare(void)
+{
+	const uint64_t c2s = 1u << 16, s2c = 1u << 17;
+	struct uls_seg a, b;
+	struct stat st;
+	int fd, other;
+
+	check_context("spare: made at the sleep");
+	fd = make_spare(c2s, s2c);
+	if (fd < 0) {
+		fprintf(stderr, "test_segment: no O_TMPFILE spare here, not tested\n");
+		return;
+	}
+	CHECK_INT(fd, >=, ULS_SEG_SPARE_FD_MIN);
+	CHECK_INT(fcntl(fd, F_GETFD) & FD_CLOEXEC, ==, FD_CLOEXEC);
+	CHECK_EQ(fstat(fd, &st), 0);
+	CHECK_INT(st.st_nlink, ==, 0); /* nobody can open it by a name */
+	CHECK_INT(st.st_mode & 0777, ==, 0600);
+	CHECK_INT(st.st_size, ==, ULS_SEG_HDR_SIZE + c2s + s2c);
+	ino_t spare_ino = st.st_ino;
+
+	check_context("spare: named by the next create");
+	memset(&a, 0, sizeof(a));
+	memset(&b, 0, sizeof(b));
+	CHECK_EQ(uls_seg_create(&a, test_ino(51), COOKIE, c2s, s2c), 0);
+	CHECK(uls_seg_spare_fd() < 0);
+	CHECK(!fd_is_open(fd));
+	CHECK_INT(file_ino(test_ino(51)), ==, spare_ino);
+	CHECK_U64(a.hdr->id.magic, ==, ULS_SEG_MAGIC);
+	CHECK_U64(a.hdr->id.client_ino, ==, test_ino(51));
+	CHECK_U64(a.hdr->id.client_cookie, ==, COOKIE);
+	CHECK_INT(a.hdr->id.client_pid, ==, getpid());
+	CHECK_U64(a.ring[ULS_S2C].size, ==, s2c);
+	/* The server's view: open by name, validate, share the memory. */
+	CHECK_EQ(uls_seg_open(&b, test_ino(51), COOKIE), 0);
+	a.ring[ULS_S2C].data[s2c - 1] = 0x5a;
+	CHECK_INT(b.ring[ULS_S2C].data[s2c - 1], ==, 0x5a);
+	uls_seg_remove(&a);
+	uls_seg_unmap(&b);
+	uls_seg_unmap(&a);
+
+	check_context("spare: over a stale file");
+	struct uls_seg_ident id = valid_ident(test_ino(52), COOKIE, SMALL, SMALL);
+	write_image(test_ino(52), &id, sizeof(id), (off_t)id.total_size);
+	fd = make_spare(ULS_RING_MIN, ULS_RING_MIN);
+	CHECK(fd >= 0);
+	CHECK_EQ(uls_seg_create(&a, test_ino(52), COOKIE + 9, ULS_RING_MIN, ULS_RING_MIN), 0);
+	CHECK(!fd_is_open(fd));
+	expect_open(test_ino(52), COOKIE, -EPROTO);
+	expect_open(test_ino(52), COOKIE + 9, 0);
+	uls_seg_remove(&a);
+	uls_seg_unmap(&a);
+
+	check_context("spare: other sizes");
+	fd = make_spare(c2s, s2c);
+	CHECK(fd >= 0);
+	CHECK_EQ(uls_seg_create(&a, test_ino(53), COOKIE, s2c, c2s), 0);
+	CHECK(!fd_is_open(fd)); /* dropped */
+	CHECK(file_ino(test_ino(53)) != 0);
+	CHECK_U64(a.ring[ULS_C2S].size, ==, s2c);
+	uls_seg_remove(&a);
+	uls_seg_unmap(&a);
+	uls_seg_reap();
+	CHECK(uls_seg_spare_fd() >= 0); /* the next one has the new sizes */
+	CHECK_EQ(fstat(uls_seg_spare_fd(), &st), 0);
+	CHECK_INT(st.st_size, ==, ULS_SEG_HDR_SIZE + s2c + c2s);
+
+	/* The program closed the descriptor and the number now holds one of its files. */
+	check_context("spare: descriptor taken over by the program");
+	fd = make_spare(c2s, s2c);
+	CHECK(fd >= 0);
+	CHECK_EQ(close(fd), 0);
+	other = open("/dev/null", O_RDONLY);
+	CHECK(other >= 0);
+	CHECK_EQ(dup2(other, fd), fd);
+	close(other);
+	CHECK_EQ(uls_seg_create(&a, test_ino(54), COOKIE, c2s, s2c), 0);
+	CHECK(fd_is_open(fd)); /* the program's file stays open */
+	CHECK_EQ(fstat(fd, &st), 0);
+	CHECK(S_ISCHR(st.st_mode));
+	close(fd);
+	CHECK_INT(a.hdr->id.client_pid, ==, getpid());
+	uls_seg_remove(&a);
+	uls_seg_unmap(&a);
+
+	/* A process that inherited the spare without fork's handlers claimed it first. */
+	check_context("spare: claimed by another process");
+	fd = make_spare(c2s, s2c);
+	CHECK(fd >= 0);
+	CHECK_EQ(fstat(fd, &st), 0);
+	spare_ino = st.st_ino;
+	struct uls_seg_ident *sid = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	CHECK(sid != MAP_FAILED);
+	CHECK_INT(sid->client_pid, ==, 0);
+	sid->client_pid = 1; /* what the other process's claim leaves */
+	CHECK_EQ(uls_seg_create(&a, test_ino(55), COOKIE, c2s, s2c), 0);
+	CHECK(file_ino(test_ino(55)) != spare_ino);
+	CHECK_U64(sid->client_ino, ==, 0); /* untouched */
+	CHECK_INT(a.hdr->id.client_pid, ==, getpid());
+	munmap(sid, 4096);
+	uls_seg_remove(&a);
+	uls_seg_unmap(&a);
+
+	/* A fork child drops the parent's spare; the parent keeps it. */
+	check_context("spare: fork");
+	fd = make_spare(c2s, s2c);
+	CHECK(fd >= 0);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		uls_seg_atfork_child();
+		_exit(uls_seg_spare_fd() == -1 && !fd_is_open(fd) ? 0 : 1);
+	}
+	int status;
+	CHECK_EQ(waitpid(pid, &status, 0), pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CHECK_INT(uls_seg_spare_fd(), ==, fd);
+	CHECK(fd_is_open(fd));
+	uls_seg_spare_drop();
+	CHECK(!fd_is_open(fd));
+	CHECK_INT(uls_seg_spare_fd(), ==, -1);
+}
+
 static int is_mapped(void *addr)
 {
 	unsigned char vec[1];
@@ -295,6 +454,8 @@ static void test_retire(void)
 	for (int i = 0; i < N; i++)
 		CHECK_INT(is_mapped(maps[i]), ==, i >= N - KEPT);
 	uls_seg_reap();
+	/* The reap also made a spare, which may sit where one of them was. */
+	uls_seg_spare_drop();
 	for (int i = 0; i < N; i++)
 		CHECK_INT(is_mapped(maps[i]), ==, 0);
 }
@@ -309,29 +470,31 @@ static void app_bus_handler(int sig)
 	siglongjmp(bus_jmp, 1);
 }
 
-/*
- * A segment file shrunk under its mapping: the guard turns the SIGBUS into private zero
- * pages and remembers the cut; a SIGBUS anywhere else still reaches the program.
- */
-static void test_truncated(void)
+/* Creates a segment (from a spare or anew), truncates its file, and expects the cut. */
+static void truncate_one(int from_spare)
 {
 	struct uls_seg s;
 	char path[96];
-	int fd, r;
+	int fd;
 
-	struct sigaction before;
-
-	check_context("segment truncated under the mapping");
-	CHECK_EQ(sigaction(SIGBUS, NULL, &before), 0); /* SIG_DFL, or a sanitizer's */
-	r = uls_guard_install(sigaction);
-	if (r < 0) {
-		/* A sanitizer runtime keeps SIGBUS to itself. */
-		fprintf(stderr, "test_segment: no SIGBUS guard here (%s), truncation not tested\n",
-			strerror(-r));
-		return;
-	}
+	check_context("segment truncated under the mapping, %s",
+		      from_spare ? "made from a spare" : "created at connect");
 	memset(&s, 0, sizeof(s));
+	if (from_spare) {
+		/* The spare's sizes are those of the last client segment. */
+		CHECK_EQ(uls_seg_create(&s, test_ino(41), COOKIE, ULS_RING_MIN, ULS_RING_MIN), 0);
+		uls_seg_remove(&s);
+		uls_seg_unmap(&s);
+		uls_seg_reap();
+		if (uls_seg_spare_fd() < 0) {
+			fprintf(stderr, "test_segment: no spare here, not tested from one\n");
+			return;
+		}
+	} else {
+		uls_seg_spare_drop();
+	}
 	CHECK_EQ(uls_seg_create(&s, test_ino(40), COOKIE, ULS_RING_MIN, ULS_RING_MIN), 0);
+	CHECK(uls_seg_spare_fd() < 0);
 	_Atomic uint64_t *tail = &s.ring[ULS_S2C].sh->prod.tail;
 	atomic_store(tail, 42);
 	CHECK(!uls_guard_cut_at(s.hdr));
@@ -348,6 +511,29 @@ static void test_truncated(void)
 	uls_seg_remove(&s);
 	uls_seg_unmap(&s);
 	CHECK(!uls_guard_was_cut(base));
+}
+
+/*
+ * A segment file shrunk under its mapping: the guard turns the SIGBUS into private zero
+ * pages and remembers the cut; a SIGBUS anywhere else still reaches the program.
+ */
+static void test_truncated(void)
+{
+	struct sigaction before;
+	int fd, r;
+
+	CHECK_EQ(sigaction(SIGBUS, NULL, &before), 0); /* SIG_DFL, or a sanitizer's */
+	r = uls_guard_install(sigaction);
+	if (r < 0) {
+		/* A sanitizer runtime keeps SIGBUS to itself. */
+		fprintf(stderr, "test_segment: no SIGBUS guard here (%s), truncation not tested\n",
+			strerror(-r));
+		return;
+	}
+	truncate_one(0);
+	/* /proc/self/maps names this one "/dev/shm/#<inode> (deleted)": the guard's note. */
+	truncate_one(1);
+	check_context("SIGBUS outside any segment");
 
 	/* Not a segment: the program's handler gets it. */
 	struct sigaction act, old;
@@ -552,7 +738,7 @@ static void test_other_uid(void)
 static void sweep_child(void)
 {
 	struct uls_seg dead, alive, server_alive, fresh, foreign;
-	char junk[96];
+	char junk[96], old_junk[96];
 	pid_t gone;
 	int fd, n;
 
@@ -595,6 +781,15 @@ static void sweep_child(void)
 	fd = open(junk, O_RDWR | O_CREAT | O_EXCL, 0600);
 	CHECK(fd >= 0);
 	close(fd);
+	/* One truncated long ago (by a hostile or buggy process) is nobody's. */
+	uls_seg_path(old_junk, sizeof(old_junk), test_ino(16));
+	fd = open(old_junk, O_RDWR | O_CREAT | O_EXCL, 0600);
+	CHECK(fd >= 0);
+	CHECK_EQ(ftruncate(fd, 100), 0);
+	struct timespec past[2] = {{time(NULL) - ULS_SEG_SWEEP_AGE - 5, 0},
+				   {time(NULL) - ULS_SEG_SWEEP_AGE - 5, 0}};
+	CHECK_EQ(futimens(fd, past), 0);
+	close(fd);
 
 	check_context("sweep");
 	n = uls_seg_sweep();
@@ -605,6 +800,7 @@ static void sweep_child(void)
 	CHECK(path_exists(test_ino(13)));
 	CHECK(path_exists(test_ino(14)));
 	CHECK(path_exists(test_ino(15)));
+	CHECK(!path_exists(test_ino(16)));
 	/* The mapping of a swept segment stays valid. */
 	CHECK_U64(dead.hdr->id.magic, ==, ULS_SEG_MAGIC);
 	/* Once its last process is gone, a segment goes too. */
@@ -655,6 +851,7 @@ int main(void)
 	test_create_open();
 	test_create_invalid();
 	test_create_over_stale();
+	test_spare();
 	test_retire();
 	test_truncated();
 	test_images();

@@ -17,6 +17,19 @@ _Atomic unsigned uls_guard_cuts;
 #define CUT_SLOTS 64
 static _Atomic uintptr_t cut_base[CUT_SLOTS];
 
+/*
+ * Segment mappings that /proc/self/maps does not name: a client segment that began as an
+ * unnamed spare keeps the name it was opened by there, "/dev/shm/#<inode> (deleted)".
+ * A slot is claimed by its start, then given its length; 0 is free.
+ */
+#define NOTE_SLOTS 1024
+static struct {
+	_Atomic uintptr_t lo;
+	_Atomic size_t len;
+} noted[NOTE_SLOTS];
+static _Atomic int noted_top;  /* slots at and above are free */
+static _Atomic int noted_live; /* slots in use */
+
 static uls_sigaction_fn real_sigaction;
 static _Atomic int installed;
 
@@ -70,9 +83,51 @@ static int line_names_segment(const char *p, const char *end)
 	return 0;
 }
 
+int uls_guard_note_room(void)
+{
+	return atomic_load_explicit(&noted_live, memory_order_relaxed) < NOTE_SLOTS;
+}
+
+int uls_guard_note(const void *base, size_t len)
+{
+	if (!uls_guard_note_room())
+		return -ENOSPC;
+	for (int i = 0; i < NOTE_SLOTS; i++) {
+		uintptr_t zero = 0;
+		if (!atomic_compare_exchange_strong(&noted[i].lo, &zero, (uintptr_t)base))
+			continue;
+		atomic_store(&noted[i].len, len);
+		atomic_fetch_add(&noted_live, 1);
+		int top = atomic_load(&noted_top);
+		while (top < i + 1 && !atomic_compare_exchange_weak(&noted_top, &top, i + 1))
+			;
+		return 0;
+	}
+	return -ENOSPC;
+}
+
+static int find_noted(uintptr_t addr, uintptr_t *lo, uintptr_t *hi)
+{
+	int top = atomic_load(&noted_top);
+
+	for (int i = 0; i < top; i++) {
+		uintptr_t a = atomic_load(&noted[i].lo);
+		size_t n = atomic_load(&noted[i].len);
+		if (a && n && addr - a < n) {
+			*lo = a;
+			*hi = a + n;
+			return 1;
+		}
+	}
+	return 0;
+}
+
 /* The segment mapping of this process that holds addr: 1 and its range, or 0. */
 static int find_mapping(uintptr_t addr, uintptr_t *lo, uintptr_t *hi)
 {
+	if (find_noted(addr, lo, hi))
+		return 1;
+
 	char buf[4096];
 	size_t have = 0;
 	int found = 0, skipping = 0;
@@ -144,7 +199,18 @@ int uls_guard_was_cut(const void *base)
 
 void uls_guard_forget(const void *base)
 {
-	if (!base || !atomic_load_explicit(&uls_guard_cuts, memory_order_relaxed))
+	if (!base)
+		return;
+	int top = atomic_load_explicit(&noted_top, memory_order_relaxed);
+	for (int i = 0; i < top; i++) {
+		if (atomic_load_explicit(&noted[i].lo, memory_order_relaxed) == (uintptr_t)base) {
+			atomic_store(&noted[i].len, 0);
+			atomic_store(&noted[i].lo, 0);
+			atomic_fetch_sub(&noted_live, 1);
+			break;
+		}
+	}
+	if (!atomic_load_explicit(&uls_guard_cuts, memory_order_relaxed))
 		return;
 	for (int i = 0; i < CUT_SLOTS; i++) {
 		uintptr_t b = (uintptr_t)base;

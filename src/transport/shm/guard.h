@@ -12,6 +12,7 @@
 
 #include <signal.h>
 #include <stdatomic.h>
+#include <stddef.h>
 
 typedef int (*uls_sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 
@@ -30,6 +31,16 @@ int uls_guard_sigaction(const struct sigaction *act, struct sigaction *old, int 
  * mapping with private zero pages and records its start. Async-signal-safe. 1 if so.
  */
 int uls_guard_cut(const void *addr);
+
+/*
+ * Records a segment mapping that /proc/self/maps does not name (an unnamed file's), for
+ * uls_guard_cut. Returns 0, or -ENOSPC when NOTE_SLOTS (1024) are in use: then the caller
+ * must not use such a mapping. uls_guard_forget drops it.
+ */
+int uls_guard_note(const void *base, size_t len);
+
+/* Is a slot free for uls_guard_note? */
+int uls_guard_note_room(void);
 
 /* How many mappings were cut so far: 0 nearly always, so callers look at this first. */
 extern _Atomic unsigned uls_guard_cuts;
@@ -50,7 +61,7 @@ static inline int uls_guard_cut_at(const void *base)
 void uls_guard_exec_begin(void);
 void uls_guard_exec_failed(void);
 
-/* The mapping at base is going away: forget that it was cut (its address may return). */
+/* The mapping at base is going away: forget it was noted or cut (its address may return). */
 void uls_guard_forget(const void *base);
 
 #endif

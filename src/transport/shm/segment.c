@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "guard.h"
@@ -84,18 +85,205 @@ static void seg_bind(struct uls_seg *seg, void *map, size_t size, uint64_t c2s, 
 		      s2c);
 }
 
+/* The parts of the identity that depend only on the sizes; writing them touches the page. */
+static void ident_layout(struct uls_seg_ident *id, uint64_t c2s, uint64_t s2c)
+{
+	id->version = ULS_SEG_VERSION;
+	id->hdr_size = ULS_SEG_HDR_SIZE;
+	id->total_size = layout_total(c2s, s2c);
+	id->ring_off[ULS_C2S] = ULS_SEG_HDR_SIZE;
+	id->ring_off[ULS_S2C] = ULS_SEG_HDR_SIZE + c2s;
+	id->ring_size[ULS_C2S] = c2s;
+	id->ring_size[ULS_S2C] = s2c;
+	id->client_uid = (uint32_t)uls_uid();
+}
+
+/* The socket's part, then the magic. */
+static void ident_finish(struct uls_seg_ident *id, uint64_t ino, uint64_t cookie)
+{
+	id->client_ino = ino;
+	id->client_cookie = cookie;
+	/* Release: a server that sees the magic sees a complete identity. */
+	atomic_store_explicit((_Atomic uint64_t *)&id->magic, ULS_SEG_MAGIC, memory_order_release);
+}
+
+/* ---- the spare (segment.h) ---- */
+
+struct spare {
+	uint8_t *map;
+	uint64_t c2s, s2c;
+	int fd;
+	dev_t dev;
+	ino_t ino;
+};
+
+struct uls_seg_idle uls_seg_idle;
+static pthread_mutex_t spare_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct spare spare = {.fd = -1}; /* under spare_mu */
+static _Atomic int spare_ready;         /* spare is complete: stored last, under spare_mu */
+static _Atomic uint64_t want_c2s, want_s2c; /* the sizes of the last client segment */
+static _Atomic int spare_off; /* this system cannot make spares: no more tries */
+
+/* Is fd still the spare's file? The program may have closed it and reused the number. */
+static int spare_fd_ours(const struct spare *sp)
+{
+	struct stat st;
+
+	return sp->fd >= 0 && fstat(sp->fd, &st) == 0 && st.st_dev == sp->dev &&
+	       st.st_ino == sp->ino;
+}
+
+static void spare_discard(struct spare *sp)
+{
+	if (!sp->map)
+		return;
+	uls_guard_forget(sp->map);
+	munmap(sp->map, layout_total(sp->c2s, sp->s2c));
+	if (spare_fd_ours(sp))
+		uls_libc.close(sp->fd);
+	sp->map = NULL;
+	sp->fd = -1;
+}
+
+/* Makes the spare; spare_mu held. Failures only mean connects create their files. */
+static void spare_make(void)
+{
+	uint64_t c2s = atomic_load_explicit(&want_c2s, memory_order_relaxed);
+	uint64_t s2c = atomic_load_explicit(&want_s2c, memory_order_relaxed);
+	uint64_t total = layout_total(c2s, s2c);
+	struct stat st;
+	uint8_t *map;
+	int fd, hi;
+
+	if (!uls_guard_note_room())
+		return; /* over a thousand segments from spares live: this one is created */
+	fd = open(SHM_DIR, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		/* No O_TMPFILE in this kernel or file system: never again. Else next time. */
+		if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)
+			atomic_store(&spare_off, 1);
+		return;
+	}
+	/* Out of the program's way: it sees the lowest free numbers it would see without us. */
+	hi = uls_libc.fcntl(fd, F_DUPFD_CLOEXEC, ULS_SEG_SPARE_FD_MIN);
+	uls_libc.close(fd);
+	if (hi < 0) {
+		if (errno == EINVAL) /* RLIMIT_NOFILE is below the number */
+			atomic_store(&spare_off, 1);
+		return;
+	}
+	if (ftruncate(hi, (off_t)total) < 0 || fstat(hi, &st) < 0)
+		goto err_close;
+	map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, hi, 0);
+	if (map == MAP_FAILED)
+		goto err_close;
+	/* /proc/self/maps will not name it: the guard must know it from here on. */
+	if (uls_guard_note(map, total) < 0) {
+		munmap(map, total);
+		goto err_close;
+	}
+	grant_trusted(hi);
+	ident_layout((struct uls_seg_ident *)map, c2s, s2c);
+	/* The first page of each ring: the first bytes either way fault here, not later. */
+	*(volatile uint8_t *)(map + ULS_SEG_HDR_SIZE) = 0;
+	*(volatile uint8_t *)(map + ULS_SEG_HDR_SIZE + c2s) = 0;
+	spare = (struct spare){map, c2s, s2c, hi, st.st_dev, st.st_ino};
+	/* Release: a fork child that sees it sees the whole spare (uls_seg_atfork_child). */
+	atomic_store_explicit(&spare_ready, 1, memory_order_release);
+	return;
+
+err_close:
+	uls_libc.close(hi);
+}
+
+/* Names the spare path for this socket if it has these sizes. 0, or -1 to create anew. */
+static int spare_use(struct uls_seg *seg, const char *path, uint64_t ino, uint64_t cookie,
+		     uint64_t c2s, uint64_t s2c)
+{
+	struct spare sp;
+	char proc[40];
+	uint32_t none = 0;
+
+	if (!atomic_load_explicit(&spare_ready, memory_order_relaxed) ||
+	    pthread_mutex_trylock(&spare_mu) != 0)
+		return -1;
+	sp = spare;
+	spare.map = NULL;
+	spare.fd = -1;
+	atomic_store_explicit(&spare_ready, 0, memory_order_relaxed);
+	pthread_mutex_unlock(&spare_mu);
+	if (!sp.map)
+		return -1;
+	struct uls_seg_ident *id = (struct uls_seg_ident *)sp.map;
+	/* The claim: another process that inherited this spare without fork's handlers (a raw
+	 * clone) holds a copy of the same state; only one of the two may use it. */
+	if (sp.c2s != c2s || sp.s2c != s2c || !spare_fd_ours(&sp) ||
+	    !atomic_compare_exchange_strong((_Atomic uint32_t *)&id->client_pid, &none,
+					    (uint32_t)uls_pid()))
+		goto err_discard;
+	ident_finish(id, ino, cookie);
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", sp.fd);
+	if (linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW) < 0) {
+		/* Left over from a dead socket with the same inode: ours is the live one. */
+		if (errno != EEXIST || unlink(path) < 0 ||
+		    linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW) < 0)
+			goto err_discard;
+	}
+	uls_libc.close(sp.fd);
+	seg_bind(seg, sp.map, layout_total(c2s, s2c), c2s, s2c);
+	return 0;
+
+err_discard:
+	spare_discard(&sp);
+	return -1;
+}
+
+void uls_seg_spare_drop(void)
+{
+	pthread_mutex_lock(&spare_mu);
+	spare_discard(&spare);
+	atomic_store(&spare_ready, 0);
+	pthread_mutex_unlock(&spare_mu);
+}
+
+int uls_seg_spare_fd(void)
+{
+	pthread_mutex_lock(&spare_mu);
+	int fd = spare.map ? spare.fd : -1;
+	pthread_mutex_unlock(&spare_mu);
+	return fd;
+}
+
+/* Called with nothing better to do: makes the spare a client segment asked for. */
+static void spare_idle(void)
+{
+	if (pthread_mutex_trylock(&spare_mu) != 0)
+		return; /* the next sleep makes it */
+	atomic_store_explicit(&uls_seg_idle.spare_wanted, 0, memory_order_relaxed);
+	if (!spare.map && !atomic_load(&spare_off))
+		spare_make();
+	pthread_mutex_unlock(&spare_mu);
+}
+
 int uls_seg_create(struct uls_seg *seg, uint64_t ino, uint64_t cookie, uint64_t c2s_size,
 		   uint64_t s2c_size)
 {
 	char path[96];
 	uint64_t total = layout_total(c2s_size, s2c_size);
-	struct uls_seg_ident *id;
 	void *map;
 	int fd, err;
 
 	if (!uls_ring_size_valid(c2s_size) || !uls_ring_size_valid(s2c_size))
 		return -EINVAL;
 	uls_seg_path(path, sizeof(path), ino);
+	if (!atomic_load_explicit(&spare_off, memory_order_relaxed)) {
+		/* Two threads may race here: at worst a spare of the other one's sizes. */
+		atomic_store_explicit(&want_c2s, c2s_size, memory_order_relaxed);
+		atomic_store_explicit(&want_s2c, s2c_size, memory_order_relaxed);
+		atomic_store_explicit(&uls_seg_idle.spare_wanted, 1, memory_order_relaxed);
+		if (spare_use(seg, path, ino, cookie, c2s_size, s2c_size) == 0)
+			goto done;
+	}
 	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0 && errno == EEXIST) {
 		/* Left over from a dead socket with the same inode: ours is the live one. */
@@ -115,22 +303,11 @@ int uls_seg_create(struct uls_seg *seg, uint64_t ino, uint64_t cookie, uint64_t 
 	}
 	grant_trusted(fd);
 	uls_libc.close(fd);
-
-	id = map;
-	id->version = ULS_SEG_VERSION;
-	id->hdr_size = ULS_SEG_HDR_SIZE;
-	id->total_size = total;
-	id->ring_off[ULS_C2S] = ULS_SEG_HDR_SIZE;
-	id->ring_off[ULS_S2C] = ULS_SEG_HDR_SIZE + c2s_size;
-	id->ring_size[ULS_C2S] = c2s_size;
-	id->ring_size[ULS_S2C] = s2c_size;
-	id->client_ino = ino;
-	id->client_cookie = cookie;
-	id->client_uid = (uint32_t)uls_uid();
-	id->client_pid = (uint32_t)uls_pid();
-	/* Release: a server that sees the magic sees a complete identity. */
-	atomic_store_explicit((_Atomic uint64_t *)&id->magic, ULS_SEG_MAGIC, memory_order_release);
+	ident_layout(map, c2s_size, s2c_size);
+	((struct uls_seg_ident *)map)->client_pid = (uint32_t)uls_pid();
+	ident_finish(map, ino, cookie);
 	seg_bind(seg, map, total, c2s_size, s2c_size);
+done:
 	seg->ino = ino;
 	seg->uid = uls_uid();
 	return 0;
@@ -234,7 +411,6 @@ static struct {
 	void *map;
 	size_t size;
 } retire_list[ULS_SEG_RETIRE_MAX];
-static _Atomic int retire_count;
 
 void uls_seg_retire(struct uls_seg *seg)
 {
@@ -245,7 +421,7 @@ void uls_seg_retire(struct uls_seg *seg)
 		uls_seg_unmap(seg);
 		return;
 	}
-	int n = atomic_load_explicit(&retire_count, memory_order_relaxed);
+	int n = atomic_load_explicit(&uls_seg_idle.retired, memory_order_relaxed);
 	if (n == ULS_SEG_RETIRE_MAX) {
 		uls_guard_forget(retire_list[0].map);
 		munmap(retire_list[0].map, retire_list[0].size);
@@ -255,33 +431,44 @@ void uls_seg_retire(struct uls_seg *seg)
 	}
 	retire_list[n].map = seg->hdr;
 	retire_list[n].size = seg->map_size;
-	atomic_store_explicit(&retire_count, n + 1, memory_order_relaxed);
+	atomic_store_explicit(&uls_seg_idle.retired, n + 1, memory_order_relaxed);
 	pthread_mutex_unlock(&retire_mu);
 	memset(seg, 0, sizeof(*seg));
 }
 
 void uls_seg_reap_slow(void)
 {
-	if (pthread_mutex_trylock(&retire_mu) != 0)
-		return; /* the next sleep reaps them */
-	int n = atomic_load_explicit(&retire_count, memory_order_relaxed);
-	for (int i = 0; i < n; i++) {
-		uls_guard_forget(retire_list[i].map);
-		munmap(retire_list[i].map, retire_list[i].size);
-	}
-	atomic_store_explicit(&retire_count, 0, memory_order_relaxed);
-	pthread_mutex_unlock(&retire_mu);
-}
+	int saved = errno;
 
-_Atomic int *uls_seg_retired_count(void)
-{
-	return &retire_count;
+	if (atomic_load_explicit(&uls_seg_idle.retired, memory_order_relaxed) &&
+	    pthread_mutex_trylock(&retire_mu) == 0) {
+		int n = atomic_load_explicit(&uls_seg_idle.retired, memory_order_relaxed);
+		for (int i = 0; i < n; i++) {
+			uls_guard_forget(retire_list[i].map);
+			munmap(retire_list[i].map, retire_list[i].size);
+		}
+		atomic_store_explicit(&uls_seg_idle.retired, 0, memory_order_relaxed);
+		pthread_mutex_unlock(&retire_mu);
+	} /* else busy: the next sleep reaps them */
+	if (atomic_load_explicit(&uls_seg_idle.spare_wanted, memory_order_relaxed))
+		spare_idle();
+	errno = saved;
 }
 
 void uls_seg_atfork_child(void)
 {
 	/* The child has its own copies of the mappings: it unmaps them in its own time. */
 	pthread_mutex_init(&retire_mu, NULL);
+	/*
+	 * The spare's file is the parent's: only the parent may name it. A thread of the
+	 * parent that was making one leaves the child at most a stray descriptor copy.
+	 */
+	pthread_mutex_init(&spare_mu, NULL);
+	if (atomic_load_explicit(&spare_ready, memory_order_acquire))
+		spare_discard(&spare);
+	spare.map = NULL;
+	atomic_store(&spare_ready, 0);
+	atomic_store(&uls_seg_idle.spare_wanted, 0);
 }
 
 void uls_seg_remove(const struct uls_seg *seg)
@@ -310,6 +497,8 @@ int uls_seg_sweep(void)
 	char prefix[32], path[300];
 	struct uls_seg_hdr hdr;
 	struct dirent *de;
+	struct stat st;
+	time_t now = time(NULL);
 	DIR *dir;
 	int n = 0, fd;
 
@@ -324,10 +513,20 @@ int uls_seg_sweep(void)
 		fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd < 0)
 			continue;
-		/* A file still being created has no identity yet: leave it to its creator. */
+		/*
+		 * A file still being created has no identity yet: leave it to its creator.
+		 * One that has had none for a minute never will (a truncated segment): it is
+		 * nobody's.
+		 */
 		if (pread(fd, &hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr) &&
-		    hdr.id.magic == ULS_SEG_MAGIC && pid_gone(hdr.id.client_pid) &&
-		    pid_gone(hdr.side[ULS_CLIENT].pid) && pid_gone(hdr.side[ULS_SERVER].pid)) {
+		    hdr.id.magic == ULS_SEG_MAGIC) {
+			if (pid_gone(hdr.id.client_pid) && pid_gone(hdr.side[ULS_CLIENT].pid) &&
+			    pid_gone(hdr.side[ULS_SERVER].pid)) {
+				unlink(path);
+				n++;
+			}
+		} else if (fstat(fd, &st) == 0 && st.st_uid == uls_uid() &&
+			   (size_t)st.st_size < sizeof(hdr) && st.st_mtime < now - ULS_SEG_SWEEP_AGE) {
 			unlink(path);
 			n++;
 		}

@@ -108,7 +108,7 @@ struct uls_seg {
 
 /*
  * Creates the segment for a client socket (inode ino, cookie) with the given ring sizes.
- * Returns 0 or -errno.
+ * Returns 0 or -errno. It uses the spare when one of these sizes is ready.
  */
 int uls_seg_create(struct uls_seg *seg, uint64_t ino, uint64_t cookie, uint64_t c2s_size,
 		   uint64_t s2c_size);
@@ -137,16 +137,44 @@ void uls_seg_unmap(struct uls_seg *seg);
 #define ULS_SEG_RETIRE_MAX 4
 void uls_seg_retire(struct uls_seg *seg);
 
-/* Unmaps the retired segments; cheap when there are none. Call before sleeping. */
+/*
+ * The spare: a process that created a client segment makes the next one while it is about
+ * to sleep anyway (uls_seg_reap), so that its next connect only names it. A spare is an
+ * unnamed file (O_TMPFILE) in /dev/shm, sized, mapped and with its header and the first
+ * page of each ring touched, held on a descriptor >= ULS_SEG_SPARE_FD_MIN (close-on-exec).
+ * uls_seg_create links it under the socket's name through /proc/self/fd. It checks first
+ * that the descriptor still is the spare (the program may have closed it and reused the
+ * number) and claims the header's client_pid with a compare-and-swap, so two processes
+ * that both inherited it without fork's handlers never share it. Nobody else can reach an
+ * unnamed file, and a process that dies leaves nothing behind. docs/PERFORMANCE.md.
+ */
+#define ULS_SEG_SPARE_FD_MIN 900
+
+/* Work that waits for the process's next sleep: retired mappings, a spare to make. */
+struct uls_seg_idle {
+	_Atomic int retired;      /* mappings in the retire list */
+	_Atomic int spare_wanted; /* a client segment was created and no spare is ready */
+};
+extern struct uls_seg_idle uls_seg_idle;
+
+/* Unmaps the retired segments and makes the spare; cheap when there is nothing to do. Call
+ * before sleeping. errno is kept. */
 void uls_seg_reap_slow(void);
-_Atomic int *uls_seg_retired_count(void);
 static inline void uls_seg_reap(void)
 {
-	if (atomic_load_explicit(uls_seg_retired_count(), memory_order_relaxed))
+	if (atomic_load_explicit(&uls_seg_idle.retired, memory_order_relaxed) |
+	    atomic_load_explicit(&uls_seg_idle.spare_wanted, memory_order_relaxed))
 		uls_seg_reap_slow();
 }
 
-/* In a fork child: the retire list's lock may have been held by another thread. */
+/* Drops the spare (its descriptor only if it still is the spare's). */
+void uls_seg_spare_drop(void);
+
+/* The spare's descriptor, or -1 when there is none (for tests). */
+int uls_seg_spare_fd(void);
+
+/* In a fork child: the locks may have been held by another thread, and the spare is the
+ * parent's. */
 void uls_seg_atfork_child(void);
 
 /* Removes the file name; the mapping stays valid. */
@@ -156,7 +184,11 @@ void uls_seg_unlink(uint64_t ino);
 void uls_seg_path(char *buf, size_t len, uint64_t ino);
 void uls_seg_path_of(char *buf, size_t len, uid_t uid, uint64_t ino);
 
-/* Removes segments of this user whose processes are all gone; returns how many. */
+/*
+ * Removes segments of this user whose processes are all gone, and files too short for a
+ * header that are older than ULS_SEG_SWEEP_AGE seconds (truncated); returns how many.
+ */
+#define ULS_SEG_SWEEP_AGE 60
 int uls_seg_sweep(void);
 
 #endif
