@@ -70,6 +70,12 @@ static __thread int solo_dir __attribute__((tls_model("initial-exec")));
 /* The solo call found `multi` set when it woke: it holds the real lock from then on. */
 static __thread int solo_locked __attribute__((tls_model("initial-exec")));
 
+/* Is this thread in a solo call on c's direction dir (without the real lock)? */
+static inline int solo_now(struct uls_conn *c, int dir)
+{
+	return uls_solo_call == c && solo_dir == dir && !solo_locked;
+}
+
 /* Announces a solo call on direction dir; 0 when another process joined the side. */
 static int solo_claim(struct uls_conn *c, int dir)
 {
@@ -693,7 +699,11 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 				return (ssize_t)total;
 			return done ? (ssize_t)done : send_epipe(c, flags);
 		}
-		uint64_t tail = atomic_load_explicit(&c->tx->sh->prod.tail, memory_order_relaxed);
+		if (!solo_now(c, TXL))
+			c->tx_mine_ok = 0;
+		uint64_t tail = c->tx_mine_ok ? c->tx_tail_mine
+					      : atomic_load_explicit(&c->tx->sh->prod.tail,
+								     memory_order_relaxed);
 		int64_t space = uls_ring_space_cached(c->tx, tail, &c->tx_head_seen, total - done);
 		if (space < 0) {
 			uls_conn_broken(c, fd, "consumer position out of range");
@@ -704,6 +714,8 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 			uls_ring_copy_in(c->tx, tail, iov, iovcnt, done, n);
 			/* Release: the consumer sees the bytes before it sees the new tail. */
 			atomic_store_explicit(&c->tx->sh->prod.tail, tail + n, memory_order_release);
+			c->tx_tail_mine = tail + n;
+			c->tx_mine_ok = (uint8_t)solo_now(c, TXL);
 			done += n;
 			wake_consumer(c, fd);
 			if (done == total)
@@ -928,7 +940,11 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 			 size_t total, int nonblock)
 {
 	for (;;) {
-		uint64_t head = atomic_load_explicit(&c->rx->sh->cons.head, memory_order_relaxed);
+		if (!solo_now(c, RXL))
+			c->rx_mine_ok = 0;
+		uint64_t head = c->rx_mine_ok ? c->rx_head_mine
+					      : atomic_load_explicit(&c->rx->sh->cons.head,
+								     memory_order_relaxed);
 		int64_t avail = uls_ring_readable(c->rx, head);
 		if (avail < 0) {
 			uls_conn_broken(c, fd, "producer position out of range");
@@ -943,6 +959,8 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 				return (ssize_t)n;
 			/* Release: the producer may reuse the space once it sees the new head. */
 			atomic_store_explicit(&c->rx->sh->cons.head, head + n, memory_order_release);
+			c->rx_head_mine = head + n;
+			c->rx_mine_ok = (uint8_t)solo_now(c, RXL);
 			wake_producer(c, fd);
 			return (ssize_t)n;
 		}
