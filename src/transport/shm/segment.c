@@ -159,8 +159,10 @@ static void spare_make(void)
 		return; /* over a thousand segments from spares live: this one is created */
 	fd = open(SHM_DIR, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 	if (fd < 0) {
-		/* No O_TMPFILE in this kernel or file system: never again. Else next time. */
-		if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)
+		/* Out of descriptors or memory: next time. Anything else (no O_TMPFILE in this
+		 * kernel or file system, no access): never again. */
+		if (errno != EMFILE && errno != ENFILE && errno != ENOMEM && errno != ENOSPC &&
+		    errno != EINTR)
 			atomic_store(&spare_off, 1);
 		return;
 	}
@@ -203,6 +205,7 @@ static int spare_use(struct uls_seg *seg, const char *path, uint64_t ino, uint64
 	struct spare sp;
 	char proc[40];
 	uint32_t none = 0;
+	int saved = errno;
 
 	if (!atomic_load_explicit(&spare_ready, memory_order_relaxed) ||
 	    pthread_mutex_trylock(&spare_mu) != 0)
@@ -224,6 +227,9 @@ static int spare_use(struct uls_seg *seg, const char *path, uint64_t ino, uint64
 	ident_finish(id, ino, cookie);
 	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", sp.fd);
 	if (linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW) < 0) {
+		/* No /proc, or a link refused: spares cannot be named here. */
+		if (errno != EEXIST)
+			atomic_store(&spare_off, 1);
 		/* Left over from a dead socket with the same inode: ours is the live one. */
 		if (errno != EEXIST || unlink(path) < 0 ||
 		    linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW) < 0)
@@ -231,10 +237,12 @@ static int spare_use(struct uls_seg *seg, const char *path, uint64_t ino, uint64
 	}
 	uls_libc.close(sp.fd);
 	seg_bind(seg, sp.map, layout_total(c2s, s2c), c2s, s2c);
+	errno = saved;
 	return 0;
 
 err_discard:
 	spare_discard(&sp);
+	errno = saved;
 	return -1;
 }
 
