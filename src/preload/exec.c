@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * execve and friends, fdopen, and sigaction. An accelerated socket that survives exec
+ * execve and friends, and fdopen. An accelerated socket that survives exec
  * keeps working if the new program runs ulsock too (it finds the connection again through
  * the socket's inode). When the new environment drops the library, each inherited
  * accelerated socket first moves back to kernel TCP in place; if the peer does not answer
@@ -291,18 +291,6 @@ ULS_EXPORT int execle(const char *path, const char *arg, ...)
 	int r = exec_list(path, arg, ap, 1, 0);
 	va_end(ap);
 	return r;
-}
-
-/* sigaction: ulsock's waits emulate SA_RESTART, so they need to know the handlers. */
-typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
-
-ULS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
-{
-	static sigaction_fn real;
-
-	if (!real)
-		real = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
-	return uls_signal_install(sig, act, old, real);
 }
 
 /* stdio reads a descriptor with glibc's internal calls, which ulsock cannot see. */

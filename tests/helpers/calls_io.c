@@ -756,7 +756,7 @@ static void case_eintr_recv(CALLS_ARGS)
  * copied, -1/EINTR; with SA_RESTART never EINTR: the send is restarted (or, if it had already
  * copied some bytes, returns that short count) and the rest goes through once the peer reads.
  */
-static void case_eintr_send(CALLS_ARGS)
+static void eintr_send_with(void (*install)(int restart))
 {
 	const size_t big = 1u << 20;
 	struct calls_pair p;
@@ -775,7 +775,7 @@ static void case_eintr_send(CALLS_ARGS)
 	unsigned char *buf = malloc(big);
 	CHECK(buf != NULL);
 
-	calls_on_signal(SIGUSR1, 0);
+	install(0);
 	for (int tries = 0;; tries++) {
 		/* A byte still accepted (room freed late) is part of the stream: refill. */
 		unsigned char b = calls_pat(n, SEED_DOWN);
@@ -796,7 +796,7 @@ static void case_eintr_send(CALLS_ARGS)
 	calls_pat_fill(buf, n, big, SEED_DOWN);
 
 	calls_sig_count = 0;
-	calls_on_signal(SIGUSR1, SA_RESTART);
+	install(1);
 	CHECK_EQ(write(p.sync_wr, &n, sizeof(n)), sizeof(n));
 	calls_kick_start(&k, SIGUSR1, 150, 0, p.sync_wr);
 	/* Restarted if nothing was copied yet; if the buffer had freed some room first, the
@@ -809,6 +809,37 @@ static void case_eintr_send(CALLS_ARGS)
 	CHECK(shutdown(p.fd, SHUT_WR) == 0);
 	free(buf);
 	calls_pair_close(&p);
+}
+
+static void with_sigaction(int restart)
+{
+	calls_on_signal(SIGUSR1, restart ? SA_RESTART : 0);
+}
+
+static void case_eintr_send(CALLS_ARGS)
+{
+	eintr_send_with(with_sigaction);
+}
+
+/*
+ * The same with the handler from signal() and the choice from siginterrupt(), which
+ * glibc applies through its internal sigaction (the alarm-and-siginterrupt timeout
+ * idiom). siginterrupt is deprecated, and still used by programs.
+ */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static void with_signal(int restart)
+{
+	CHECK(signal(SIGUSR1, calls_count_signal) != SIG_ERR);
+	CHECK_EQ(siginterrupt(SIGUSR1, !restart), 0);
+	/* glibc keeps siginterrupt's choice for the next signal() of that signal. */
+	CHECK(signal(SIGUSR1, calls_count_signal) == calls_count_signal);
+}
+#pragma GCC diagnostic pop
+
+static void case_signal_interrupt(CALLS_ARGS)
+{
+	eintr_send_with(with_signal);
 }
 
 /*
@@ -984,6 +1015,7 @@ static const struct calls_case cases[] = {
 	{"msg_trunc", case_msg_trunc},
 	{"sigpipe", case_sigpipe},
 	{"eintr_recv", case_eintr_recv},
+	{"signal_interrupt", case_signal_interrupt},
 	{"eintr_send", case_eintr_send},
 	{"solo_signals", case_solo_signals},
 	{"solo_handler_close", case_solo_handler_close},

@@ -12,6 +12,9 @@
  *           "PROGRESS rx=N" after each MiB.  Passes on EOF or ECONNRESET.
  *   send    print "SENDING", then send until an error, printing "SENT total=N" after every
  *           call.  Passes on EPIPE or ECONNRESET.
+ * --sigbus-signal installs, with signal(), a SIGBUS handler that exits 3: a segment file
+ * truncated under the process must still break only the connection (the guard keeps the
+ * program's handler for other faults).
  * A survivor ends with "RESULT op=... outcome=... bytes=N last_call_ms=T": T is how long
  * its final, blocking call took to return.  Exit 0 pass, 1 fail, 2 setup error.
  */
@@ -30,10 +33,16 @@ static uint64_t prime;
 static unsigned timeout_s = 120;
 static unsigned char buf[CHUNK];
 
+static void sigbus_exit(int sig)
+{
+	(void)sig;
+	_exit(3);
+}
+
 static void usage(void)
 {
 	fprintf(stderr, "usage: net_peer --listen|--connect [--addr A] [--port P]\n"
-			"  --act stall|flood|recv|send [--prime N] [--timeout SEC]\n");
+			"  --act stall|flood|recv|send [--prime N] [--timeout SEC] [--sigbus-signal]\n");
 	exit(2);
 }
 
@@ -47,6 +56,11 @@ static void parse(int argc, char **argv)
 
 		if (!strcmp(a, "--listen") || !strcmp(a, "--connect")) {
 			listening = !strcmp(a, "--listen");
+			continue;
+		}
+		if (!strcmp(a, "--sigbus-signal")) {
+			if (signal(SIGBUS, sigbus_exit) == SIG_ERR)
+				usage();
 			continue;
 		}
 		if (!v)

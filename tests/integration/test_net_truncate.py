@@ -35,14 +35,18 @@ def segment_of(client_pid):
     return found[0]
 
 
+@pytest.mark.parametrize("handler", ["default", "signal"])
 @pytest.mark.parametrize("receiver", ["server", "client"])
-def test_segment_truncated_mid_stream(uls, receiver):
+def test_segment_truncated_mid_stream(uls, receiver, handler):
+    """handler=signal: both programs install a SIGBUS handler that exits 3 with signal(),
+    which glibc applies past sigaction: the guard must still see the segment's fault."""
     peer = uls.helper("net_peer")
+    extra = ["--sigbus-signal"] if handler == "signal" else []
     server_act, client_act = ("recv", "flood") if receiver == "server" else ("flood", "recv")
-    server = uls.start([peer, "--listen", "--act", server_act], name="server",
+    server = uls.start([peer, "--listen", "--act", server_act] + extra, name="server",
                        ready=r"READY port=(\d+)")
     client = uls.start([peer, "--connect", "--port", int(server.ready.group(1)),
-                        "--act", client_act], name="client")
+                        "--act", client_act] + extra, name="client")
     rx = server if receiver == "server" else client
     tx = client if receiver == "server" else server
     rx.wait_for(r"PROGRESS rx=\d+")

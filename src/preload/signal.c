@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The calls that set signal actions. ulsock needs to see every handler the program
+ * installs: its waits emulate SA_RESTART (core/wait.c), and SIGBUS belongs to the segment
+ * guard, which keeps the program's action for it (transport/shm/guard.h). glibc's
+ * signal(), bsd_signal(), sysv_signal() and siginterrupt() reach the kernel through its
+ * internal sigaction, past the sigaction interposer, so they are interposed too and
+ * rebuilt on sigaction with glibc's semantics.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "preload.h"
+#include "../core/wait.h"
+
+/* Not declared by <signal.h> in every feature set. */
+sighandler_t bsd_signal(int sig, sighandler_t handler);
+
+typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+
+static sigaction_fn real_sigaction(void)
+{
+	static _Atomic(sigaction_fn) real;
+	sigaction_fn r = atomic_load_explicit(&real, memory_order_relaxed);
+
+	if (!r) {
+		r = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
+		atomic_store_explicit(&real, r, memory_order_relaxed);
+	}
+	return r;
+}
+
+ULS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+	return uls_signal_install(sig, act, old, real_sigaction());
+}
+
+/* Signals siginterrupt() made interrupting: signal() installs them without SA_RESTART. */
+static _Atomic unsigned long long interrupting;
+
+static int sig_valid(int sig)
+{
+	return sig > 0 && sig < 64 + 1;
+}
+
+static sighandler_t install(int sig, sighandler_t handler, int flags, int mask_self)
+{
+	struct sigaction act, old;
+
+	if (handler == SIG_ERR || !sig_valid(sig)) {
+		errno = EINVAL;
+		return SIG_ERR;
+	}
+	memset(&act, 0, sizeof(act));
+	act.sa_handler = handler;
+	sigemptyset(&act.sa_mask);
+	if (mask_self)
+		sigaddset(&act.sa_mask, sig);
+	act.sa_flags = flags;
+	if (uls_signal_install(sig, &act, &old, real_sigaction()) < 0)
+		return SIG_ERR;
+	return old.sa_handler;
+}
+
+/* BSD semantics, glibc's signal(): the handler stays, the signal is blocked while it
+ * runs, and interrupted calls restart unless siginterrupt() said otherwise. */
+static sighandler_t bsd_install(int sig, sighandler_t handler)
+{
+	int restart = sig_valid(sig) && !(atomic_load(&interrupting) >> (sig - 1) & 1);
+
+	return install(sig, handler, restart ? SA_RESTART : 0, 1);
+}
+
+ULS_EXPORT sighandler_t signal(int sig, sighandler_t handler)
+{
+	return bsd_install(sig, handler);
+}
+
+ULS_EXPORT sighandler_t bsd_signal(int sig, sighandler_t handler)
+{
+	return bsd_install(sig, handler);
+}
+
+/* System V semantics: the action resets to the default when the handler runs, the signal
+ * is not blocked meanwhile, and interrupted calls fail with EINTR. */
+ULS_EXPORT sighandler_t sysv_signal(int sig, sighandler_t handler)
+{
+	return install(sig, handler, SA_RESETHAND | SA_NODEFER, 0);
+}
+
+ULS_EXPORT int siginterrupt(int sig, int flag)
+{
+	struct sigaction act;
+
+	if (!sig_valid(sig)) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (uls_signal_install(sig, NULL, &act, real_sigaction()) < 0)
+		return -1;
+	if (flag) {
+		atomic_fetch_or(&interrupting, 1ull << (sig - 1));
+		act.sa_flags &= ~SA_RESTART;
+	} else {
+		atomic_fetch_and(&interrupting, ~(1ull << (sig - 1)));
+		act.sa_flags |= SA_RESTART;
+	}
+	return uls_signal_install(sig, &act, NULL, real_sigaction());
+}
