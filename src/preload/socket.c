@@ -29,6 +29,9 @@ ULS_EXPORT int socket(int domain, int type, int protocol)
 {
 	uls_ensure_init();
 	int fd = uls_libc.socket(domain, type, protocol);
+	/* The spare segment's descriptor was the one the program lacked: give it back. */
+	if (fd < 0 && errno == EMFILE && uls_seg_spare_yield())
+		fd = uls_libc.socket(domain, type, protocol);
 	struct uls_fd *e = uls_fd_get(fd);
 
 	if (e) {
@@ -105,6 +108,11 @@ static int do_accept(int lfd, struct sockaddr *addr, socklen_t *len, int flags, 
 	uls_ensure_init();
 	fd = four ? uls_libc.accept4(lfd, (struct sockaddr *)&ss, &sl, flags)
 		  : uls_libc.accept(lfd, (struct sockaddr *)&ss, &sl);
+	if (fd < 0 && errno == EMFILE && uls_seg_spare_yield()) {
+		sl = sizeof(ss);
+		fd = four ? uls_libc.accept4(lfd, (struct sockaddr *)&ss, &sl, flags)
+			  : uls_libc.accept(lfd, (struct sockaddr *)&ss, &sl);
+	}
 	if (fd < 0)
 		return fd;
 	if (addr && len) {

@@ -424,6 +424,29 @@ static void test_spare(void)
 	CHECK_INT(uls_seg_spare_fd(), ==, -1);
 }
 
+/* Out of descriptors: the spare gives its back, and no more are made. Run it last of the
+ * spare cases: it turns spares off for the process. */
+static void test_spare_yield(void)
+{
+	struct uls_seg a;
+	int fd;
+
+	check_context("spare: yield at EMFILE");
+	fd = make_spare(ULS_RING_MIN, ULS_RING_MIN);
+	if (fd < 0)
+		return; /* no spares here: test_spare said so */
+	CHECK_INT(uls_seg_spare_yield(), ==, 1);
+	CHECK(!fd_is_open(fd));
+	CHECK_INT(uls_seg_spare_fd(), ==, -1);
+	CHECK_INT(uls_seg_spare_yield(), ==, 0); /* nothing left to give */
+	memset(&a, 0, sizeof(a));
+	CHECK_EQ(uls_seg_create(&a, test_ino(56), COOKIE, ULS_RING_MIN, ULS_RING_MIN), 0);
+	uls_seg_remove(&a);
+	uls_seg_unmap(&a);
+	uls_seg_reap();
+	CHECK_INT(uls_seg_spare_fd(), ==, -1);
+}
+
 static int is_mapped(void *addr)
 {
 	unsigned char vec[1];
@@ -854,6 +877,7 @@ int main(void)
 	test_spare();
 	test_retire();
 	test_truncated();
+	test_spare_yield();
 	test_images();
 	test_not_a_file();
 	test_sweep();

@@ -254,6 +254,20 @@ void uls_seg_spare_drop(void)
 	pthread_mutex_unlock(&spare_mu);
 }
 
+int uls_seg_spare_yield(void)
+{
+	int freed;
+
+	atomic_store(&spare_off, 1);
+	if (!atomic_load(&spare_ready) || pthread_mutex_trylock(&spare_mu) != 0)
+		return 0;
+	freed = spare.map && spare_fd_ours(&spare);
+	spare_discard(&spare);
+	atomic_store(&spare_ready, 0);
+	pthread_mutex_unlock(&spare_mu);
+	return freed;
+}
+
 int uls_seg_spare_fd(void)
 {
 	pthread_mutex_lock(&spare_mu);

@@ -170,6 +170,12 @@ static inline void uls_seg_reap(void)
 /* Drops the spare (its descriptor only if it still is the spare's). */
 void uls_seg_spare_drop(void);
 
+/*
+ * The program ran out of descriptors (EMFILE): gives the spare's back and makes no more
+ * spares in this process. 1 when a descriptor was freed, so the call is worth retrying.
+ */
+int uls_seg_spare_yield(void);
+
 /* The spare's descriptor, or -1 when there is none (for tests). */
 int uls_seg_spare_fd(void);
 
