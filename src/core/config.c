@@ -8,7 +8,7 @@
 
 #include "ulsock/ulsock.h"
 
-static pid_t cached_pid;
+pid_t uls_cached_pid;
 static int uid_known;
 
 struct uls_config uls_cfg = {
@@ -94,6 +94,12 @@ void uls_config_load(void)
 	uls_cfg.spin_ns = profile_spin_ns[uls_cfg.profile];
 	if ((s = getenv(ULSOCK_ENV_SPIN_US)) != NULL && *s)
 		uls_cfg.spin_ns = atoll(s) < 0 ? -1 : atoll(s) * 1000;
+	/* A receiver that does not spin does not pace either: pacing is a spin. */
+	uls_cfg.rx_pace_ns = uls_cfg.spin_ns == 0 ? 0 : ULS_RX_PACE_NS;
+	if ((s = getenv(ULSOCK_ENV_RX_PACE_NS)) != NULL && *s)
+		uls_cfg.rx_pace_ns = strtoull(s, NULL, 10) > ULS_RX_PACE_MAX_NS
+					     ? ULS_RX_PACE_MAX_NS
+					     : strtoull(s, NULL, 10);
 	if ((s = getenv(ULSOCK_ENV_RING_SIZE)) != NULL && *s)
 		uls_cfg.ring_size = round_pow2(strtoull(s, NULL, 0));
 	if ((s = getenv(ULSOCK_ENV_DISABLE)) != NULL && *s && strcmp(s, "0") != 0)
@@ -103,11 +109,10 @@ void uls_config_load(void)
 }
 
 
-pid_t uls_pid(void)
+pid_t uls_pid_slow(void)
 {
-	if (__builtin_expect(cached_pid == 0, 0))
-		cached_pid = getpid();
-	return cached_pid;
+	uls_cached_pid = getpid();
+	return uls_cached_pid;
 }
 
 uid_t uls_uid(void)
@@ -121,7 +126,7 @@ uid_t uls_uid(void)
 
 void uls_config_atfork_child(void)
 {
-	cached_pid = getpid();
+	uls_cached_pid = getpid();
 }
 
 int uls_config_uid_trusted(uid_t uid)

@@ -10,6 +10,9 @@ enum uls_profile { ULS_PROFILE_LATENCY, ULS_PROFILE_BALANCED, ULS_PROFILE_EFFICI
 enum uls_log_level { ULS_LOG_ERROR, ULS_LOG_WARN, ULS_LOG_INFO, ULS_LOG_DEBUG };
 
 #define ULS_MAX_TRUSTED 16
+/* Receive pacing (conn_io.c, ring_recv): the default and the most ULSOCK_RX_PACE_NS may set. */
+#define ULS_RX_PACE_NS 1000u
+#define ULS_RX_PACE_MAX_NS 100000u
 
 struct uls_config {
 	enum uls_profile profile;
@@ -18,6 +21,7 @@ struct uls_config {
 	const char *log_file; /* ULSOCK_LOG_FILE, opened by uls_log_open */
 	uint64_t ring_size; /* default bytes per direction */
 	int64_t spin_ns;    /* spin before sleeping; -1: without limit */
+	uint64_t rx_pace_ns; /* a streaming receiver looks at the ring at most this often */
 	int disabled;       /* ULSOCK_DISABLE: never accelerate */
 	int ntrusted;
 	uid_t trusted[ULS_MAX_TRUSTED];
@@ -28,7 +32,12 @@ extern struct uls_config uls_cfg;
 
 void uls_config_load(void);
 /* getpid() and getuid() without a system call each time; the pid is renewed after fork. */
-pid_t uls_pid(void);
+extern pid_t uls_cached_pid;
+pid_t uls_pid_slow(void);
+static inline pid_t uls_pid(void)
+{
+	return __builtin_expect(uls_cached_pid != 0, 1) ? uls_cached_pid : uls_pid_slow();
+}
 uid_t uls_uid(void);
 void uls_config_atfork_child(void);
 int uls_config_uid_trusted(uid_t uid);

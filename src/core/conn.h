@@ -51,6 +51,12 @@ struct uls_conn {
 	 */
 	uint64_t tx_tail_mine, rx_head_mine;
 	uint8_t tx_mine_ok, rx_mine_ok;
+	/*
+	 * Receive pacing (ring_recv): the last receive emptied the ring and this process has
+	 * sent nothing since (a one-way stream), and when a paced receive last looked.
+	 */
+	_Atomic uint8_t rx_stream;
+	_Atomic uint64_t rx_looked_ns;
 	_Atomic uint64_t tcp_checked; /* when a poller last looked at the TCP socket (ns) */
 	_Atomic unsigned fence_streak[2]; /* publications that found the peer awake (fence.h) */
 	uint64_t rcvtimeo_ns, sndtimeo_ns; /* 0: none */

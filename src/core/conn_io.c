@@ -69,6 +69,8 @@ __thread struct uls_conn *uls_solo_call __attribute__((tls_model("initial-exec")
 static __thread int solo_dir __attribute__((tls_model("initial-exec")));
 /* The solo call found `multi` set when it woke: it holds the real lock from then on. */
 static __thread int solo_locked __attribute__((tls_model("initial-exec")));
+/* The solo call's own direction is claimed in solo_busy (it is not while the call sleeps). */
+static __thread int solo_held __attribute__((tls_model("initial-exec")));
 
 /* Is this thread in a solo call on c's direction dir (without the real lock)? */
 static inline int solo_now(struct uls_conn *c, int dir)
@@ -140,6 +142,7 @@ static int solo_begin(struct uls_conn *c, int dir)
 		return 0;
 	solo_dir = dir;
 	solo_locked = 0;
+	solo_held = 1;
 	uls_solo_call = c;
 	atomic_signal_fence(memory_order_seq_cst);
 	return 1;
@@ -154,8 +157,9 @@ int uls_conn_trylock(struct uls_conn *c, int which)
 
 static void solo_end(struct uls_conn *c)
 {
-	if (!solo_locked)
+	if (!solo_locked && solo_held)
 		solo_unclaim(c, solo_dir);
+	solo_held = 0;
 	atomic_signal_fence(memory_order_seq_cst);
 	uls_solo_call = NULL;
 	atomic_signal_fence(memory_order_seq_cst);
@@ -169,8 +173,12 @@ static void solo_end(struct uls_conn *c)
 static void dir_lock(struct uls_conn *c, int which)
 {
 	if (uls_solo_call == c && !solo_locked) {
-		if (solo_claim(c, which))
+		if (which == solo_dir && solo_held)
+			return; /* claimed by solo_begin */
+		if (solo_claim(c, which)) {
+			solo_held |= which == solo_dir;
 			return;
+		}
 		solo_locked = 1; /* another process joined while this call slept */
 	}
 	uls_conn_lock(c, which);
@@ -178,9 +186,11 @@ static void dir_lock(struct uls_conn *c, int which)
 
 static void dir_unlock(struct uls_conn *c, int which)
 {
-	if (uls_solo_call == c && !solo_locked)
+	if (uls_solo_call == c && !solo_locked) {
+		if (which == solo_dir)
+			solo_held = 0;
 		solo_unclaim(c, which);
-	else
+	} else
 		uls_conn_unlock(c, which);
 }
 
@@ -430,11 +440,16 @@ void uls_conn_broken(struct uls_conn *c, int fd, const char *what)
  * mapping holds private zero pages now, and the connection is over: what a call read
  * from it meanwhile is not data. One relaxed load when nothing was ever cut.
  */
-static int cut_off(struct uls_conn *c, int fd)
+static void cut_report(struct uls_conn *c, int fd)
 {
-	if (!c->seg.hdr || !uls_guard_cut_at(c->seg.hdr))
-		return 0;
 	uls_conn_broken(c, fd, "its segment file was truncated");
+}
+
+static inline int cut_off(struct uls_conn *c, int fd)
+{
+	if (__builtin_expect(!c->seg.hdr || !uls_guard_cut_at(c->seg.hdr), 1))
+		return 0;
+	cut_report(c, fd);
 	return 1;
 }
 
@@ -716,8 +731,13 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 			uls_ring_copy_in(c->tx, tail, iov, iovcnt, done, n);
 			/* Release: the consumer sees the bytes before it sees the new tail. */
 			atomic_store_explicit(&c->tx->sh->prod.tail, tail + n, memory_order_release);
+			/* Free space past the next send's line: the consumer read it a lap ago. */
+			if ((uint64_t)space - n >= ULS_RING_PREFETCH + ULS_CACHELINE)
+				uls_ring_prefetch_write(c->tx, tail + n + ULS_RING_PREFETCH);
 			c->tx_tail_mine = tail + n;
 			c->tx_mine_ok = (uint8_t)solo_now(c, TXL);
+			if (atomic_load_explicit(&c->rx_stream, memory_order_relaxed))
+				atomic_store_explicit(&c->rx_stream, 0, memory_order_relaxed);
 			done += n;
 			wake_consumer(c, fd);
 			if (done == total)
@@ -764,7 +784,8 @@ static ssize_t conn_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 	if (atomic_load(&c->shut_wr))
 		return send_epipe(c, flags);
 	dir_lock(c, TXL);
-	uls_revert_serve_locked(c, fd);
+	if (atomic_load(&c->peer->revert_req))
+		uls_revert_serve_locked(c, fd);
 	if (atomic_load(&c->me->tx_reverted)) {
 		/* Back on TCP: the bytes follow the resent ring bytes there. */
 		struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
@@ -937,10 +958,38 @@ static ssize_t tcp_recv_pending(struct uls_conn *c, int fd, struct msghdr *msg, 
 	return -EALREADY;
 }
 
+/*
+ * Receive pacing. A receiver that keeps up with a one-way stream empties the ring on every
+ * call and looks at the producer's tail again at once. Each look takes the tail's line
+ * from the producer, whose next publication must fetch it back before its later stores
+ * can drain: with 64-byte sends the line crossed between the cores once per message and
+ * held the sender to about 15 M messages/s. A blocking receive that follows one which
+ * emptied the ring, with no send from this process in between, therefore looks no sooner
+ * than ULSOCK_RX_PACE_NS after the previous paced look, and the producer publishes a
+ * batch into a line it keeps. A message that comes later than that after the last look is
+ * seen at once: only a stream faster than one message per interval is batched, and a
+ * request/response exchange (a send between two receives) never waits.
+ */
+static void rx_pace(struct uls_conn *c)
+{
+	uint64_t now = uls_now_ns();
+	uint64_t until = atomic_load_explicit(&c->rx_looked_ns, memory_order_relaxed) +
+			 uls_cfg.rx_pace_ns;
+
+	while (now < until) {
+		uls_cpu_relax();
+		now = uls_now_ns();
+	}
+	atomic_store_explicit(&c->rx_looked_ns, now, memory_order_relaxed);
+}
+
 /* Receives what the ring holds, waiting for something unless non-blocking. */
 static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags,
 			 size_t total, int nonblock)
 {
+	if (!nonblock && uls_cfg.rx_pace_ns &&
+	    atomic_load_explicit(&c->rx_stream, memory_order_relaxed))
+		rx_pace(c);
 	for (;;) {
 		if (!solo_now(c, RXL))
 			c->rx_mine_ok = 0;
@@ -964,6 +1013,9 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 			atomic_store_explicit(&c->rx->sh->cons.head, head + n, memory_order_release);
 			c->rx_head_mine = head + n;
 			c->rx_mine_ok = (uint8_t)solo_now(c, RXL);
+			uint8_t stream = (uint64_t)avail == n;
+			if (stream != atomic_load_explicit(&c->rx_stream, memory_order_relaxed))
+				atomic_store_explicit(&c->rx_stream, stream, memory_order_relaxed);
 			wake_producer(c, fd);
 			return (ssize_t)n;
 		}

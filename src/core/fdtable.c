@@ -16,8 +16,8 @@
 
 #define FD_LIMIT (1 << 20)
 
-static struct uls_fd *table;
-static int table_size;
+struct uls_fd *uls_fd_table;
+int uls_fd_table_size;
 
 int uls_fdtable_init(void)
 {
@@ -33,22 +33,16 @@ int uls_fdtable_init(void)
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (p == MAP_FAILED)
 		return -errno;
-	table = p;
-	table_size = (int)n;
+	uls_fd_table = p;
+	uls_fd_table_size = (int)n;
 	return 0;
 }
 
 int uls_fd_max(void)
 {
-	return table_size;
+	return uls_fd_table_size;
 }
 
-struct uls_fd *uls_fd_get(int fd)
-{
-	if (fd < 0 || fd >= table_size || !table)
-		return NULL;
-	return &table[fd];
-}
 
 static int sockopt_int(int fd, int level, int name)
 {

@@ -8,6 +8,7 @@
 #define ULS_FDTABLE_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct uls_conn;
@@ -31,8 +32,17 @@ struct uls_fd {
 };
 
 int uls_fdtable_init(void);
+/* The table, sized for the hard RLIMIT_NOFILE (fdtable.c); every call looks it up. */
+extern struct uls_fd *uls_fd_table;
+extern int uls_fd_table_size;
+
 /* The entry for fd, or NULL when fd is out of range. */
-struct uls_fd *uls_fd_get(int fd);
+static inline struct uls_fd *uls_fd_get(int fd)
+{
+	if (fd < 0 || fd >= uls_fd_table_size || !uls_fd_table)
+		return NULL;
+	return &uls_fd_table[fd];
+}
 /* The entry for fd, classifying an UNKNOWN descriptor first. */
 struct uls_fd *uls_fd_classify(int fd);
 /* Forgets fd (after it was closed by the kernel). */

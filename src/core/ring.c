@@ -34,16 +34,11 @@ int64_t uls_ring_writable(const struct uls_ring *r, uint64_t tail)
 	return (int64_t)(r->size - used);
 }
 
-int64_t uls_ring_space_cached(const struct uls_ring *r, uint64_t tail, uint64_t *seen,
-			      uint64_t want)
+int64_t uls_ring_space_reload(const struct uls_ring *r, uint64_t tail, uint64_t *seen)
 {
-	uint64_t used = uls_ring_dist(*seen, tail);
-
-	if (used <= r->size && r->size - used >= want)
-		return (int64_t)(r->size - used);
 	/* Acquire, as in uls_ring_writable. */
 	uint64_t head = atomic_load_explicit(&r->sh->cons.head, memory_order_acquire);
-	used = uls_ring_dist(head, tail);
+	uint64_t used = uls_ring_dist(head, tail);
 	if (used > r->size)
 		return -EPROTO;
 	*seen = head;
@@ -108,6 +103,13 @@ void uls_ring_copy_out(const struct uls_ring *r, uint64_t pos, const struct iove
 {
 	struct iov_cursor c;
 
+	if (iovcnt == 1) { /* read, recv: no cursor */
+		uint8_t *d = (uint8_t *)iov[0].iov_base + skip;
+#define GET_SPAN(p, n, at) memcpy(d + (at), (p), (n))
+		RING_SPANS(r, pos, len, GET_SPAN);
+#undef GET_SPAN
+		return;
+	}
 	cursor_init(&c, iov, iovcnt, skip);
 #define OUT_SPAN(p, n, at) cursor_xfer(&c, (p), (n), 1)
 	RING_SPANS(r, pos, len, OUT_SPAN);
@@ -119,6 +121,10 @@ void uls_ring_copy_in(struct uls_ring *r, uint64_t pos, const struct iovec *iov,
 {
 	struct iov_cursor c;
 
+	if (iovcnt == 1) { /* write, send: no cursor */
+		uls_ring_put(r, pos, (const uint8_t *)iov[0].iov_base + skip, len);
+		return;
+	}
 	cursor_init(&c, iov, iovcnt, skip);
 #define IN_SPAN(p, n, at) cursor_xfer(&c, (p), (n), 0)
 	RING_SPANS(r, pos, len, IN_SPAN);

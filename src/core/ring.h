@@ -97,8 +97,37 @@ int64_t uls_ring_writable(const struct uls_ring *r, uint64_t tail);
  * fewer than `want` bytes. A cached head is never ahead of the real one, so the answer is
  * never more than the truth.
  */
-int64_t uls_ring_space_cached(const struct uls_ring *r, uint64_t tail, uint64_t *seen,
-			      uint64_t want);
+int64_t uls_ring_space_reload(const struct uls_ring *r, uint64_t tail, uint64_t *seen);
+
+static inline int64_t uls_ring_space_cached(const struct uls_ring *r, uint64_t tail,
+					    uint64_t *seen, uint64_t want)
+{
+	uint64_t used = uls_ring_dist(*seen, tail);
+
+	if (used <= r->size && r->size - used >= want)
+		return (int64_t)(r->size - used);
+	return uls_ring_space_reload(r, tail, seen);
+}
+
+/*
+ * Producer: how far past its new tail a send asks for a line in writable state, and the
+ * request. The consumer's reads (and its hardware prefetcher running ahead of them) leave
+ * copies of the free lines in its cache; a store into such a line waits for the peer's
+ * copy to be invalidated, and the program's next loads of its own freshly written buffer
+ * (the next message) wait behind that store. Two lines ahead was best for 64-byte sends
+ * (docs/PERFORMANCE.md); further ahead the consumer's prefetcher takes the line back.
+ */
+#define ULS_RING_PREFETCH 128u
+
+static inline void uls_ring_prefetch_write(const struct uls_ring *r, uint64_t pos)
+{
+#if defined(__x86_64__)
+	/* PREFETCHW (0F 0D /1): a no-op on the x86-64 processors that lack it. */
+	__asm__ volatile("prefetchw %0" : : "m"(r->data[pos & r->mask]));
+#else
+	__builtin_prefetch(&r->data[pos & r->mask], 1, 3);
+#endif
+}
 
 /* Copies `len` bytes at position `pos` out of the ring into an iovec array, skipping `skip`
  * bytes of the iovecs first. The caller has checked len against uls_ring_readable. */

@@ -1000,6 +1000,56 @@ static void case_solo_handler_send(CALLS_ARGS)
 	calls_pair_close(&p);
 }
 
+/*
+ * A one-way stream of small messages, received with a large buffer, so that every receive
+ * empties the ring and the next one is paced (conn_io.c, ring_recv); bursts end in pauses,
+ * so the last message of each burst reaches a receiver that paced its look. Then one
+ * request and reply each way: a receive after a send is not paced. Every byte is checked.
+ */
+static void case_paced_stream(CALLS_ARGS)
+{
+	static unsigned char buf[65536];
+	const int bursts = 5, per_burst = 20000;
+	uint64_t total = 0, got = 0, rng = 0x9e3779b97f4a7c15ull;
+	struct calls_pair p;
+
+	for (int i = 0; i < bursts * per_burst; i++) {
+		rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+		total += 1 + (rng >> 33) % 200;
+	}
+	calls_pair_open(&p, AF_INET);
+	if (p.child == 0) {
+		uint64_t off = 0;
+		rng = 0x9e3779b97f4a7c15ull;
+		for (int b = 0; b < bursts; b++) {
+			for (int i = 0; i < per_burst; i++) {
+				rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+				size_t n = 1 + (rng >> 33) % 200;
+				calls_send_pat(p.fd, off, n, SEED_UP);
+				off += n;
+			}
+			calls_sleep_ms(5);
+		}
+		calls_recv_pat(p.fd, 0, 1, SEED_DOWN);
+		calls_send_pat(p.fd, off, 1, SEED_UP);
+		CHECK(shutdown(p.fd, SHUT_WR) == 0);
+		calls_expect_eof(p.fd);
+		calls_pair_close(&p);
+	}
+	while (got < total) {
+		ssize_t r = recv(p.fd, buf, sizeof(buf), 0);
+		CHECK(r > 0);
+		CHECK((uint64_t)r <= total - got);
+		CHECK_PAT(buf, got, (size_t)r, SEED_UP);
+		got += (uint64_t)r;
+	}
+	calls_send_pat(p.fd, 0, 1, SEED_DOWN);
+	calls_recv_pat(p.fd, total, 1, SEED_UP);
+	calls_expect_eof(p.fd);
+	CHECK(shutdown(p.fd, SHUT_WR) == 0);
+	calls_pair_close(&p);
+}
+
 static const struct calls_case cases[] = {
 	{"rw", case_rw},
 	{"readv_writev", case_readv_writev},
@@ -1020,6 +1070,7 @@ static const struct calls_case cases[] = {
 	{"solo_signals", case_solo_signals},
 	{"solo_handler_close", case_solo_handler_close},
 	{"solo_handler_send", case_solo_handler_send},
+	{"paced_stream", case_paced_stream},
 	{NULL, NULL},
 };
 

@@ -69,14 +69,14 @@ def check_paths(proc, out):
 
 
 def run_case(uls, helper, case, mode, args=(), plain_images=0, timeout=RUN_TIMEOUT_S,
-             profile=None):
+             profile=None, env=None):
     """Runs `HELPER CASE ARGS` plain or under ulsock (with PROFILE, default the default);
     asserts it passed, ran with the intended preload and, under ulsock, took the expected
     paths. Returns (proc, stdout)."""
     require_mode(mode)
     proc = uls.run([uls.helper(helper), case, *map(str, args)], name=f"{helper}-{case}",
                    ulsock=(mode == "ulsock"), timeout=timeout, expect_rc=None,
-                   profile=profile)
+                   profile=profile, env=env)
     out = proc.output()
     if proc.rc == 77:
         why = " ".join(re.findall(r"^calls: skip (.*)$", out, re.M))

@@ -30,6 +30,8 @@ CASES = {
     "solo_signals": "single-threaded, SIGALRM every 200 us: 16 MiB each way, every byte checked",
     "solo_handler_close": "a handler closes the socket of a blocked recv: no crash, no hang",
     "solo_handler_send": "a handler sends on the socket of a blocked recv: it goes through",
+    "paced_stream": "100,000 small messages in 5 bursts to a receiver that empties the ring "
+                    "(paced receives), then a request and reply; every byte checked",
 }
 
 
@@ -41,6 +43,12 @@ def test_case_list(uls):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_io(uls, case, mode):
     run_case(uls, HELPER, case, mode)
+
+
+@pytest.mark.parametrize("pace_ns", ["0", "100000"])
+def test_paced_stream_pace(uls, pace_ns):
+    """paced_stream with pacing off and at its longest (100 us a look)."""
+    run_case(uls, HELPER, "paced_stream", "ulsock", env={"ULSOCK_RX_PACE_NS": pace_ns})
 
 
 @pytest.mark.parametrize("mode", MODES)
