@@ -65,6 +65,9 @@ void uls_conn_unlock(struct uls_conn *c, int which)
  * `solo_busy` while it sleeps and looks again when it wakes. Without membarrier there is
  * no solo path.
  */
+/* The few steps every send and receive takes: inlined into each call, whatever the callers. */
+#define ULS_HOT inline __attribute__((always_inline))
+
 __thread struct uls_conn *uls_solo_call __attribute__((tls_model("initial-exec")));
 static __thread int solo_dir __attribute__((tls_model("initial-exec")));
 /* The solo call found `multi` set when it woke: it holds the real lock from then on. */
@@ -79,7 +82,7 @@ static inline int solo_now(struct uls_conn *c, int dir)
 }
 
 /* Announces a solo call on direction dir; 0 when another process joined the side. */
-static int solo_claim(struct uls_conn *c, int dir)
+static ULS_HOT int solo_claim(struct uls_conn *c, int dir)
 {
 	atomic_store_explicit(&c->me->solo_busy[dir], (uint32_t)uls_pid(), memory_order_relaxed);
 	atomic_signal_fence(memory_order_seq_cst);
@@ -89,7 +92,7 @@ static int solo_claim(struct uls_conn *c, int dir)
 	return 0;
 }
 
-static void solo_unclaim(struct uls_conn *c, int dir)
+static ULS_HOT void solo_unclaim(struct uls_conn *c, int dir)
 {
 	/* Release: a newcomer that sees 0 sees the ring as this call left it. */
 	atomic_store_explicit(&c->me->solo_busy[dir], 0, memory_order_release);
@@ -129,7 +132,7 @@ void uls_conn_join_side(struct uls_conn *c)
  * connection takes the locked path, and the interrupted call counts as holding its
  * direction's lock (uls_conn_trylock).
  */
-static int solo_begin(struct uls_conn *c, int dir)
+static ULS_HOT int solo_begin(struct uls_conn *c, int dir)
 {
 	if (!SINGLE_THREADED() || atomic_load_explicit(&c->shared, memory_order_relaxed) ||
 	    !c->seg.hdr || !atomic_load_explicit(&uls_fence_registered, memory_order_relaxed))
@@ -155,7 +158,7 @@ int uls_conn_trylock(struct uls_conn *c, int which)
 	return uls_shmlock_try(&c->me->lock[which], &c->me->lock_owner[which]);
 }
 
-static void solo_end(struct uls_conn *c)
+static ULS_HOT void solo_end(struct uls_conn *c)
 {
 	if (!solo_locked && solo_held)
 		solo_unclaim(c, solo_dir);
@@ -170,7 +173,7 @@ static void solo_end(struct uls_conn *c)
 }
 
 /* The call's own direction: solo (claimed in solo_busy) or locked. */
-static void dir_lock(struct uls_conn *c, int which)
+static ULS_HOT void dir_lock(struct uls_conn *c, int which)
 {
 	if (uls_solo_call == c && !solo_locked) {
 		if (which == solo_dir && solo_held)
@@ -184,7 +187,7 @@ static void dir_lock(struct uls_conn *c, int which)
 	uls_conn_lock(c, which);
 }
 
-static void dir_unlock(struct uls_conn *c, int which)
+static ULS_HOT void dir_unlock(struct uls_conn *c, int which)
 {
 	if (uls_solo_call == c && !solo_locked) {
 		if (which == solo_dir)
