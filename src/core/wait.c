@@ -65,7 +65,7 @@ static void trampoline(int sig, siginfo_t *si, void *uc)
 int uls_signal_install(int sig, const struct sigaction *act, struct sigaction *old,
 		       int (*real)(int, const struct sigaction *, struct sigaction *))
 {
-	struct sigaction mine, prev;
+	struct sigaction mine, prev, was;
 	int r;
 
 	/* SIGBUS stays with the segment guard, which keeps the program's action itself. */
@@ -74,6 +74,8 @@ int uls_signal_install(int sig, const struct sigaction *act, struct sigaction *o
 
 	if (sig <= 0 || sig >= NSIG_TRACKED || sig == SIGKILL || sig == SIGSTOP)
 		return real(sig, act, old);
+	/* The program's action behind the trampoline before this call changes it. */
+	was = app_act[sig];
 	if (!act || (!(act->sa_flags & SA_SIGINFO) &&
 		     (act->sa_handler == SIG_IGN || act->sa_handler == SIG_DFL))) {
 		r = real(sig, act, &prev);
@@ -83,19 +85,19 @@ int uls_signal_install(int sig, const struct sigaction *act, struct sigaction *o
 		mine = *act;
 		mine.sa_flags |= SA_SIGINFO;
 		mine.sa_sigaction = trampoline;
-		struct sigaction saved = app_act[sig];
 		app_act[sig] = *act;
 		r = real(sig, &mine, &prev);
 		if (r == 0)
 			atomic_store(&tracked[sig], 1);
 		else
-			app_act[sig] = saved;
+			app_act[sig] = was;
 	}
 	if (r == 0 && old) {
-		/* Report the program's own handler, never the trampoline. */
+		/* Report the program's own handler, never the trampoline (and never the one
+		 * this call just installed: replacing a handler used to return the new one). */
 		*old = prev;
 		if ((prev.sa_flags & SA_SIGINFO) && prev.sa_sigaction == trampoline)
-			*old = app_act[sig];
+			*old = was;
 	}
 	return r;
 }

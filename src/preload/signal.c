@@ -3,9 +3,9 @@
  * The calls that set signal actions. ulsock needs to see every handler the program
  * installs: its waits emulate SA_RESTART (core/wait.c), and SIGBUS belongs to the segment
  * guard, which keeps the program's action for it (transport/shm/guard.h). glibc's
- * signal(), bsd_signal(), sysv_signal() and siginterrupt() reach the kernel through its
- * internal sigaction, past the sigaction interposer, so they are interposed too and
- * rebuilt on sigaction with glibc's semantics.
+ * signal(), bsd_signal(), sysv_signal(), siginterrupt(), sigset() and sigignore() reach
+ * the kernel through its internal sigaction, past the sigaction interposer, so they are
+ * interposed too and rebuilt on sigaction with the semantics glibc documents.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -89,6 +89,41 @@ ULS_EXPORT sighandler_t bsd_signal(int sig, sighandler_t handler)
 ULS_EXPORT sighandler_t sysv_signal(int sig, sighandler_t handler)
 {
 	return install(sig, handler, SA_RESETHAND | SA_NODEFER, 0);
+}
+
+/*
+ * System V's sigset(): SIG_HOLD adds the signal to the thread's mask and changes nothing
+ * else; any other disposition is installed (no SA_RESTART, nothing blocked while the
+ * handler runs) and the signal leaves the mask. Returns SIG_HOLD when the signal was
+ * blocked before the call, else the disposition it had.
+ */
+ULS_EXPORT sighandler_t sigset(int sig, sighandler_t disp)
+{
+	sigset_t one, before;
+	struct sigaction old;
+
+	if (disp == SIG_ERR || !sig_valid(sig)) {
+		errno = EINVAL;
+		return SIG_ERR;
+	}
+	sigemptyset(&one);
+	sigaddset(&one, sig);
+	if (disp == SIG_HOLD) {
+		if (sigprocmask(SIG_BLOCK, &one, &before) < 0 ||
+		    uls_signal_install(sig, NULL, &old, real_sigaction()) < 0)
+			return SIG_ERR;
+		return sigismember(&before, sig) ? SIG_HOLD : old.sa_handler;
+	}
+	sighandler_t prev = install(sig, disp, 0, 0);
+	if (prev == SIG_ERR || sigprocmask(SIG_UNBLOCK, &one, &before) < 0)
+		return SIG_ERR;
+	return sigismember(&before, sig) ? SIG_HOLD : prev;
+}
+
+/* System V's sigignore(): SIG_IGN, as sigset(sig, SIG_IGN) would install it. */
+ULS_EXPORT int sigignore(int sig)
+{
+	return install(sig, SIG_IGN, 0, 0) == SIG_ERR ? -1 : 0;
 }
 
 ULS_EXPORT int siginterrupt(int sig, int flag)

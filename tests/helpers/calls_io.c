@@ -842,6 +842,61 @@ static void case_signal_interrupt(CALLS_ARGS)
 	eintr_send_with(with_signal);
 }
 
+static void sigset_other(int sig)
+{
+	(void)sig;
+}
+
+static int blocked(int sig)
+{
+	sigset_t now;
+
+	CHECK(sigprocmask(SIG_BLOCK, NULL, &now) == 0);
+	return sigismember(&now, sig);
+}
+
+/*
+ * System V's sigset() and sigignore(), which glibc applies through its internal
+ * sigaction, and the old action sigaction reports: the same dispositions, masks and
+ * return values plain and under ulsock.
+ */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static void case_sigset_semantics(CALLS_ARGS)
+{
+	struct sigaction now;
+
+	CHECK(sigset(SIGUSR1, calls_count_signal) == SIG_DFL);
+	CHECK(!blocked(SIGUSR1));
+	CHECK(sigset(SIGUSR1, SIG_HOLD) == calls_count_signal);
+	CHECK(blocked(SIGUSR1));
+	CHECK(sigset(SIGUSR1, SIG_HOLD) == SIG_HOLD);
+	CHECK(sigaction(SIGUSR1, NULL, &now) == 0);
+	CHECK(now.sa_handler == calls_count_signal);
+	CHECK(sigset(SIGUSR1, sigset_other) == SIG_HOLD);
+	CHECK(!blocked(SIGUSR1));
+	CHECK(sigaction(SIGUSR1, NULL, &now) == 0);
+	CHECK(now.sa_handler == sigset_other);
+	CHECK(!(now.sa_flags & (SA_RESTART | SA_RESETHAND)));
+	calls_sig_count = 0;
+	CHECK(raise(SIGUSR1) == 0);
+	CHECK(sigset(SIGUSR1, calls_count_signal) == sigset_other);
+	CHECK(raise(SIGUSR1) == 0);
+	CHECK_EQ(calls_sig_count, 1);
+	/* sigaction reports the handler it replaced (ulsock reported the new one). */
+	struct sigaction act = {.sa_handler = sigset_other}, prev;
+	CHECK(sigaction(SIGUSR1, &act, &prev) == 0);
+	CHECK(prev.sa_handler == calls_count_signal);
+	CHECK(sigaction(SIGUSR1, &act, &prev) == 0);
+	CHECK(prev.sa_handler == sigset_other);
+	CHECK_EQ(sigignore(SIGUSR1), 0);
+	CHECK(sigaction(SIGUSR1, NULL, &now) == 0);
+	CHECK(now.sa_handler == SIG_IGN);
+	CHECK(sigset(0, SIG_IGN) == SIG_ERR && errno == EINVAL);
+	CHECK(sigset(SIGUSR1, SIG_DFL) == SIG_IGN);
+}
+#pragma GCC diagnostic pop
+
 /*
  * ulsock runs the calls of a single-threaded process without locks (conn_io.c, the solo
  * path). These cases stay single-threaded, with signals from interval timers in place of
@@ -1066,6 +1121,7 @@ static const struct calls_case cases[] = {
 	{"sigpipe", case_sigpipe},
 	{"eintr_recv", case_eintr_recv},
 	{"signal_interrupt", case_signal_interrupt},
+	{"sigset_semantics", case_sigset_semantics},
 	{"eintr_send", case_eintr_send},
 	{"solo_signals", case_solo_signals},
 	{"solo_handler_close", case_solo_handler_close},

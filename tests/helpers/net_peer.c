@@ -12,9 +12,9 @@
  *           "PROGRESS rx=N" after each MiB.  Passes on EOF or ECONNRESET.
  *   send    print "SENDING", then send until an error, printing "SENT total=N" after every
  *           call.  Passes on EPIPE or ECONNRESET.
- * --sigbus-signal installs, with signal(), a SIGBUS handler that exits 3: a segment file
- * truncated under the process must still break only the connection (the guard keeps the
- * program's handler for other faults).
+ * --sigbus-signal installs, with signal(), a SIGBUS handler that exits 3 (--sigbus-sigset:
+ * with System V's sigset()): a segment file truncated under the process must still break
+ * only the connection (the guard keeps the program's handler for other faults).
  * A survivor ends with "RESULT op=... outcome=... bytes=N last_call_ms=T": T is how long
  * its final, blocking call took to return.  Exit 0 pass, 1 fail, 2 setup error.
  */
@@ -42,7 +42,7 @@ static void sigbus_exit(int sig)
 static void usage(void)
 {
 	fprintf(stderr, "usage: net_peer --listen|--connect [--addr A] [--port P]\n"
-			"  --act stall|flood|recv|send [--prime N] [--timeout SEC] [--sigbus-signal]\n");
+			"  --act stall|flood|recv|send [--prime N] [--timeout SEC] [--sigbus-signal|--sigbus-sigset]\n");
 	exit(2);
 }
 
@@ -61,6 +61,15 @@ static void parse(int argc, char **argv)
 		if (!strcmp(a, "--sigbus-signal")) {
 			if (signal(SIGBUS, sigbus_exit) == SIG_ERR)
 				usage();
+			continue;
+		}
+		if (!strcmp(a, "--sigbus-sigset")) {
+			/* Deprecated, but programs still call it: the point of the option. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+			if (sigset(SIGBUS, sigbus_exit) == SIG_ERR)
+				usage();
+#pragma GCC diagnostic pop
 			continue;
 		}
 		if (!v)

@@ -26,6 +26,8 @@ CASES = {
     "sigpipe": "after the peer closed: EPIPE; SIGPIPE only without MSG_NOSIGNAL and not SIG_IGN",
     "eintr_recv": "blocked recv: EINTR without SA_RESTART, restarted with it, EINTR with SO_RCVTIMEO",
     "signal_interrupt": "eintr_send with signal() and siginterrupt() in place of sigaction",
+    "sigset_semantics": "sigset (SIG_HOLD, masks, return values), sigignore and the old "
+                        "action sigaction reports, as in glibc",
     "eintr_send": "send blocked on a full buffer: EINTR without SA_RESTART; never EINTR with it",
     "solo_signals": "single-threaded, SIGALRM every 200 us: 16 MiB each way, every byte checked",
     "solo_handler_close": "a handler closes the socket of a blocked recv: no crash, no hang",

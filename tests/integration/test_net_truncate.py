@@ -35,13 +35,14 @@ def segment_of(client_pid):
     return found[0]
 
 
-@pytest.mark.parametrize("handler", ["default", "signal"])
+@pytest.mark.parametrize("handler", ["default", "signal", "sigset"])
 @pytest.mark.parametrize("receiver", ["server", "client"])
 def test_segment_truncated_mid_stream(uls, receiver, handler):
-    """handler=signal: both programs install a SIGBUS handler that exits 3 with signal(),
-    which glibc applies past sigaction: the guard must still see the segment's fault."""
+    """handler=signal (sigset): both programs install a SIGBUS handler that exits 3 with
+    signal() (System V's sigset()), which glibc applies past sigaction: the guard must
+    still see the segment's fault."""
     peer = uls.helper("net_peer")
-    extra = ["--sigbus-signal"] if handler == "signal" else []
+    extra = [] if handler == "default" else ["--sigbus-" + handler]
     server_act, client_act = ("recv", "flood") if receiver == "server" else ("flood", "recv")
     server = uls.start([peer, "--listen", "--act", server_act] + extra, name="server",
                        ready=r"READY port=(\d+)")
