@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "ownfd.h"
 #include "../preload/libc.h"
 
 /* One netlink socket per process, reopened after fork so replies never cross processes. */
@@ -29,15 +30,10 @@ static int diag_socket(void)
 	if (diag_fd >= 0 && diag_pid == uls_pid())
 		return diag_fd;
 	if (diag_fd >= 0 && diag_pid != uls_pid())
-		uls_libc.close(diag_fd);
-	diag_fd = uls_libc.socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-	if (diag_fd >= 0) {
-		int hi = uls_libc.fcntl(diag_fd, F_DUPFD_CLOEXEC, 900);
-		if (hi >= 0) {
-			uls_libc.close(diag_fd);
-			diag_fd = hi;
-		}
-	}
+		uls_own_fd_close(&diag_fd); /* the parent's, inherited by fork */
+	int fd = uls_libc.socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	if (fd >= 0)
+		uls_own_fd_take(fd, &diag_fd);
 	diag_pid = uls_pid();
 	return diag_fd;
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include "ownfd.h"
 #include "../preload/libc.h"
 
 void uls_log(enum uls_log_level level, const char *fmt, ...)
@@ -30,18 +31,13 @@ void uls_log(enum uls_log_level level, const char *fmt, ...)
 
 void uls_log_open(void)
 {
-	int fd, hi;
+	int fd;
 
 	if (!uls_cfg.log_file)
 		return;
 	fd = open(uls_cfg.log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return;
-	/* Keep the log out of the way of the descriptors the program picks. */
-	hi = uls_libc.fcntl(fd, F_DUPFD_CLOEXEC, 900);
-	if (hi >= 0) {
-		uls_libc.close(fd);
-		fd = hi;
-	}
-	uls_cfg.log_fd = fd;
+	/* Out of the way of the descriptors the program picks, and out of its reach. */
+	uls_own_fd_take(fd, &uls_cfg.log_fd);
 }

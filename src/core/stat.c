@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "ownfd.h"
 #include "../preload/libc.h"
 
 static pthread_mutex_t stat_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -45,11 +46,7 @@ static struct uls_stat_file *stat_open(void)
 	 * `ulsock stat` finds the file through /proc/PID/fd, where this descriptor stays.
 	 */
 	unlink(path);
-	int hi = uls_libc.fcntl(fd, F_DUPFD_CLOEXEC, 900);
-	if (hi >= 0) {
-		uls_libc.close(fd);
-		fd = hi;
-	}
+	fd = uls_own_fd_take(fd, &stat_fd);
 	if (ftruncate(fd, sizeof(struct uls_stat_file)) == 0) {
 		map = mmap(NULL, sizeof(struct uls_stat_file), PROT_READ | PROT_WRITE, MAP_SHARED,
 			   fd, 0);
@@ -61,9 +58,7 @@ static struct uls_stat_file *stat_open(void)
 		}
 	}
 	if (!stat_map)
-		uls_libc.close(fd);
-	else
-		stat_fd = fd;
+		uls_own_fd_close(&stat_fd);
 	return stat_map;
 }
 
@@ -100,9 +95,7 @@ void *uls_stat_atfork_child(void)
 
 	/* The parent's file stays the parent's: the child moves its records to its own. */
 	stat_map = NULL;
-	if (stat_fd >= 0)
-		uls_libc.close(stat_fd);
-	stat_fd = -1;
+	uls_own_fd_close(&stat_fd);
 	return parent;
 }
 

@@ -1,13 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /* Interposed set-up, teardown, option and descriptor calls. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/close_range.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <linux/sockios.h>
 #include <unistd.h>
 
@@ -16,6 +22,7 @@
 #include "../core/conn.h"
 #include "../core/event.h"
 #include "../core/fdtable.h"
+#include "../core/ownfd.h"
 
 static int is_tcp(int domain, int type, int protocol)
 {
@@ -165,6 +172,9 @@ ULS_EXPORT int close(int fd)
 	uls_ensure_init();
 	struct uls_fd *e = uls_fd_get(fd);
 	struct uls_conn *c;
+
+	if (uls_own_fd_is(fd))
+		return 0; /* the library's own: out of the program's reach (core/ownfd.h) */
 
 	if (!e || atomic_load(&e->kind) != ULS_FD_CONN || !e->conn) {
 		forget(fd);
@@ -362,6 +372,8 @@ ULS_EXPORT int dup2(int oldfd, int newfd)
 	uls_ensure_init();
 	if (fcntl(oldfd, F_GETFD) < 0)
 		return -1;
+	if (oldfd != newfd)
+		uls_own_fd_evict(newfd);
 	before_replace(oldfd, newfd);
 	int r = uls_libc.dup2(oldfd, newfd);
 	return oldfd == newfd ? r : dup_result(oldfd, r);
@@ -370,7 +382,84 @@ ULS_EXPORT int dup2(int oldfd, int newfd)
 ULS_EXPORT int dup3(int oldfd, int newfd, int flags)
 {
 	uls_ensure_init();
-	if (oldfd != newfd && fcntl(oldfd, F_GETFD) >= 0)
+	if (oldfd != newfd && fcntl(oldfd, F_GETFD) >= 0) {
+		uls_own_fd_evict(newfd);
 		before_replace(oldfd, newfd);
+	}
 	return dup_result(oldfd, uls_libc.dup3(oldfd, newfd, flags));
+}
+
+/* ---- closefrom and close_range: around the library's own descriptors ---- */
+
+/* The kernel's close_range over [lo, hi], skipping the library's own descriptors. */
+static void close_gaps(unsigned lo, unsigned hi)
+{
+	int own[8];
+	int k = uls_own_fds_in(lo, hi, own, 8);
+
+	for (int i = 0; i < k; i++) {
+		if ((unsigned)own[i] > lo)
+			syscall(SYS_close_range, lo, (unsigned)own[i] - 1, 0);
+		lo = (unsigned)own[i] + 1; /* a descriptor is an int: no wrap */
+	}
+	if (lo <= hi)
+		syscall(SYS_close_range, lo, hi, 0);
+}
+
+/*
+ * Closes the open descriptors in [first, last] but the library's own, each through
+ * close(), so that connections and epoll sets among them are taken down as a close()
+ * would. The numbers come from /proc/self/fd by getdents64 into a stack buffer (no
+ * allocation: a fork child of a threaded program calls this before exec). Without /proc,
+ * the library closes what it tracks and the kernel the rest.
+ */
+static void close_through(unsigned first, unsigned last)
+{
+	_Alignas(8) char buf[4096];
+	int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	long n = -1;
+
+	while (dir >= 0 && (n = syscall(SYS_getdents64, dir, buf, sizeof(buf))) > 0) {
+		for (long off = 0; off < n;) {
+			struct dirent64 *de = (struct dirent64 *)(buf + off);
+			char *end;
+			unsigned long fd = strtoul(de->d_name, &end, 10);
+
+			off += de->d_reclen;
+			if (end == de->d_name || *end || fd > UINT_MAX || (int)fd == dir ||
+			    fd < first || fd > last || uls_own_fd_is((int)fd))
+				continue;
+			close((int)fd);
+		}
+	}
+	if (dir >= 0)
+		uls_libc.close(dir);
+	if (n == 0)
+		return;
+	int top = uls_fd_max() - 1;
+	for (unsigned fd = first; fd <= last && fd <= (unsigned)top; fd++) {
+		struct uls_fd *e = uls_fd_get((int)fd);
+		if (e && atomic_load(&e->kind) != ULS_FD_UNKNOWN && !uls_own_fd_is((int)fd))
+			close((int)fd);
+	}
+	close_gaps(first, last);
+}
+
+ULS_EXPORT int close_range(unsigned first, unsigned last, int flags)
+{
+	uls_ensure_init();
+	/* Marking close-on-exec closes nothing; bad arguments get the kernel's answer. */
+	if ((flags & CLOSE_RANGE_CLOEXEC) || first > last ||
+	    (flags & ~(CLOSE_RANGE_CLOEXEC | CLOSE_RANGE_UNSHARE)))
+		return (int)syscall(SYS_close_range, first, last, flags);
+	if ((flags & CLOSE_RANGE_UNSHARE) && unshare(CLONE_FILES) < 0)
+		return -1;
+	close_through(first, last);
+	return 0;
+}
+
+ULS_EXPORT void closefrom(int lowfd)
+{
+	uls_ensure_init();
+	close_through(lowfd < 0 ? 0 : (unsigned)lowfd, UINT_MAX);
 }

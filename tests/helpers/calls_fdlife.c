@@ -7,6 +7,7 @@
  */
 #include "calls_common.h"
 
+#include <dirent.h>
 #include <spawn.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
@@ -53,6 +54,109 @@ static void case_dup(CALLS_ARGS)
 	CHECK_EQ(buf[0], 'r');
 	calls_write_all(d, "C", 1);
 	CHECK(close(d) == 0);
+	calls_pair_close(&p);
+}
+
+/* The open descriptors at 900 and above (ulsock keeps its own there), ascending. */
+static int high_fds(int *out, int max)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+	int n = 0;
+
+	CHECK(d != NULL);
+	while ((de = readdir(d)) != NULL) {
+		int fd = atoi(de->d_name);
+		if (de->d_name[0] == '.' || fd < 900 || fd == dirfd(d) || n >= max)
+			continue;
+		int k = n++;
+		while (k > 0 && out[k - 1] > fd) {
+			out[k] = out[k - 1];
+			k--;
+		}
+		out[k] = fd;
+	}
+	closedir(d);
+	return n;
+}
+
+/* A connection whose peer checks 3 bytes each way and then sees EOF. */
+static void exchange_then_eof(struct calls_pair *p)
+{
+	char buf[3];
+
+	if (p->child == 0) {
+		calls_write_all(p->fd, "abc", 3);
+		calls_read_exact(p->fd, buf, 3);
+		CHECK_EQ(memcmp(buf, "xyz", 3), 0);
+		calls_expect_eof(p->fd);
+		calls_pair_close(p);
+	}
+	calls_read_exact(p->fd, buf, 3);
+	CHECK_EQ(memcmp(buf, "abc", 3), 0);
+	calls_write_all(p->fd, "xyz", 3);
+}
+
+/*
+ * close_range and closefrom over an accelerated socket take its connection down as close
+ * does (the peer sees EOF; the number, reused by an AF_UNIX socketpair, works as a plain
+ * socket); over the descriptors at 900 and above they close the program's but leave
+ * ulsock's own (its log still records the next connection), as close() does; and dup2
+ * onto one of those gets the number for the program.
+ */
+static void case_close_range(CALLS_ARGS)
+{
+	int before[16], after[16], u[2], nb, na;
+	char buf[3];
+	struct calls_pair p;
+
+	calls_pair_open(&p, AF_INET);
+	exchange_then_eof(&p);
+	int old = p.fd;
+	nb = high_fds(before, 16);
+	CHECK_EQ(close_range((unsigned)old, (unsigned)old, 0), 0);
+	p.fd = -1;
+	calls_pair_close(&p);
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, u) == 0);
+	CHECK(u[0] == old || u[1] == old);
+	calls_write_all(u[0], "uvw", 3);
+	calls_read_exact(u[1], buf, 3);
+	CHECK_EQ(memcmp(buf, "uvw", 3), 0);
+
+	/* A program descriptor up there goes; ulsock's stay. */
+	int mine = fcntl(u[0], F_DUPFD, 950);
+	CHECK(mine >= 950);
+	CHECK_EQ(close_range(900, ~0u, 0), 0);
+	CHECK(fcntl(mine, F_GETFD) < 0 && errno == EBADF);
+	na = high_fds(after, 16);
+	CHECK_EQ(na, nb);
+	CHECK_EQ(memcmp(after, before, sizeof(int) * (size_t)nb), 0);
+	mine = fcntl(u[0], F_DUPFD, 950);
+	CHECK(mine >= 950);
+	closefrom(900);
+	CHECK(fcntl(mine, F_GETFD) < 0 && errno == EBADF);
+	CHECK_EQ(high_fds(after, 16), nb);
+	/* A close-everything loop: close() of ulsock's own succeeds and leaves them open. */
+	for (int i = 0; i < nb; i++)
+		CHECK(close(before[i]) == 0);
+	CHECK_EQ(high_fds(after, 16), nb);
+
+	/* dup2 onto one of ulsock's numbers: the program gets it, ulsock keeps as many. */
+	if (nb > 0) {
+		CHECK_EQ(dup2(u[1], before[0]), before[0]);
+		calls_write_all(u[0], "rst", 3);
+		calls_read_exact(before[0], buf, 3);
+		CHECK_EQ(memcmp(buf, "rst", 3), 0);
+		CHECK_EQ(high_fds(after, 16), nb + 1);
+		CHECK(close(before[0]) == 0);
+		CHECK(fcntl(before[0], F_GETFD) < 0 && errno == EBADF);
+		CHECK_EQ(high_fds(after, 16), nb);
+	}
+	CHECK(close(u[0]) == 0 && close(u[1]) == 0);
+
+	/* ulsock still works, and still logs: the test checks this connection's path. */
+	calls_pair_open(&p, AF_INET);
+	exchange_then_eof(&p);
 	calls_pair_close(&p);
 }
 
@@ -713,6 +817,7 @@ static const struct calls_case cases[] = {
 	{"dup", case_dup},
 	{"dup2", case_dup2},
 	{"dup3", case_dup3},
+	{"close_range", case_close_range},
 	{"fork", case_fork},
 	{"fork_exit", case_fork_exit},
 	{"exec", case_exec},

@@ -10,6 +10,8 @@ CASES = {
     "dup": "writes via original and dup arrive in order; one close keeps it; EOF after the last",
     "dup2": "dup2 to a free number, over an open pipe fd (now a socket), onto itself; EBADF",
     "dup3": "dup3 O_CLOEXEC honoured; same fd or bad flags EINVAL; data via both",
+    "close_range": "close_range/closefrom take a connection down like close (number reusable); "
+                   "over 900+ they close the program's descriptors, not ulsock's; dup2 onto one",
     "fork": "forked child writes/reads, exits (no EOF at the peer); parent continues in order",
     "fork_exit": "last holder a forked child exiting without close: non-blocking peer sees EOF",
     "exec": "socket inherited across execve of the helper: partly read input and output exact",
