@@ -57,6 +57,11 @@ static void case_dup(CALLS_ARGS)
 	calls_pair_close(&p);
 }
 
+static int cmp_int(const void *a, const void *b)
+{
+	return (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+
 /* The open descriptors at 900 and above (ulsock keeps its own there), ascending. */
 static int high_fds(int *out, int max)
 {
@@ -67,16 +72,11 @@ static int high_fds(int *out, int max)
 	CHECK(d != NULL);
 	while ((de = readdir(d)) != NULL) {
 		int fd = atoi(de->d_name);
-		if (de->d_name[0] == '.' || fd < 900 || fd == dirfd(d) || n >= max)
-			continue;
-		int k = n++;
-		while (k > 0 && out[k - 1] > fd) {
-			out[k] = out[k - 1];
-			k--;
-		}
-		out[k] = fd;
+		if (de->d_name[0] != '.' && fd >= 900 && fd != dirfd(d) && n < max)
+			out[n++] = fd;
 	}
 	closedir(d);
+	qsort(out, (size_t)n, sizeof(int), cmp_int);
 	return n;
 }
 
