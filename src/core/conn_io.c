@@ -33,6 +33,8 @@
 #include "spin.h"
 #include "../preload/libc.h"
 
+/* The few steps every send and receive takes: inlined into each call, whatever the callers. */
+#define ULS_HOT inline __attribute__((always_inline))
 
 void uls_conn_lock(struct uls_conn *c, int which)
 {
@@ -65,9 +67,6 @@ void uls_conn_unlock(struct uls_conn *c, int which)
  * `solo_busy` while it sleeps and looks again when it wakes. Without membarrier there is
  * no solo path.
  */
-/* The few steps every send and receive takes: inlined into each call, whatever the callers. */
-#define ULS_HOT inline __attribute__((always_inline))
-
 __thread struct uls_conn *uls_solo_call __attribute__((tls_model("initial-exec")));
 static __thread int solo_dir __attribute__((tls_model("initial-exec")));
 /* The solo call found `multi` set when it woke: it holds the real lock from then on. */

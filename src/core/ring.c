@@ -98,13 +98,21 @@ static void cursor_xfer(struct iov_cursor *c, uint8_t *ring, size_t n, int out)
 	}
 }
 
+/* Bytes of a single iovec after skip. */
+static inline size_t iov_room(const struct iovec *iov, size_t skip)
+{
+	return skip < iov[0].iov_len ? iov[0].iov_len - skip : 0;
+}
+
 void uls_ring_copy_out(const struct uls_ring *r, uint64_t pos, const struct iovec *iov,
 		       int iovcnt, size_t skip, size_t len)
 {
 	struct iov_cursor c;
 
-	if (iovcnt == 1) { /* read, recv: no cursor */
+	if (iovcnt == 1) { /* read, recv: no cursor; never past the buffer, as with one */
 		uint8_t *d = (uint8_t *)iov[0].iov_base + skip;
+		if (len > iov_room(iov, skip))
+			len = iov_room(iov, skip);
 #define GET_SPAN(p, n, at) memcpy(d + (at), (p), (n))
 		RING_SPANS(r, pos, len, GET_SPAN);
 #undef GET_SPAN
@@ -121,7 +129,7 @@ void uls_ring_copy_in(struct uls_ring *r, uint64_t pos, const struct iovec *iov,
 {
 	struct iov_cursor c;
 
-	if (iovcnt == 1) { /* write, send: no cursor */
+	if (iovcnt == 1) { /* write, send: no cursor (the caller's len fits the buffer) */
 		uls_ring_put(r, pos, (const uint8_t *)iov[0].iov_base + skip, len);
 		return;
 	}
