@@ -436,8 +436,8 @@ static void close_through(unsigned first, unsigned last)
 		uls_libc.close(dir);
 	if (n == 0)
 		return;
-	int top = uls_fd_max() - 1;
-	for (unsigned fd = first; fd <= last && fd <= (unsigned)top; fd++) {
+	int top = uls_fd_max() - 1; /* -1 without a table: nothing tracked */
+	for (unsigned fd = first; top >= 0 && fd <= last && fd <= (unsigned)top; fd++) {
 		struct uls_fd *e = uls_fd_get((int)fd);
 		if (e && atomic_load(&e->kind) != ULS_FD_UNKNOWN && !uls_own_fd_is((int)fd))
 			close((int)fd);
