@@ -96,10 +96,11 @@ void uls_config_load(void)
 		uls_cfg.spin_ns = atoll(s) < 0 ? -1 : atoll(s) * 1000;
 	/* A receiver that does not spin does not pace either: pacing is a spin. */
 	uls_cfg.rx_pace_ns = uls_cfg.spin_ns == 0 ? 0 : ULS_RX_PACE_NS;
-	if ((s = getenv(ULSOCK_ENV_RX_PACE_NS)) != NULL && *s)
-		uls_cfg.rx_pace_ns = strtoull(s, NULL, 10) > ULS_RX_PACE_MAX_NS
-					     ? ULS_RX_PACE_MAX_NS
-					     : strtoull(s, NULL, 10);
+	if ((s = getenv(ULSOCK_ENV_RX_PACE_NS)) != NULL && *s) {
+		long long v = atoll(s); /* negative: off, like 0 */
+		uls_cfg.rx_pace_ns = v <= 0 ? 0 : v > ULS_RX_PACE_MAX_NS ? ULS_RX_PACE_MAX_NS
+									  : (uint64_t)v;
+	}
 	if ((s = getenv(ULSOCK_ENV_RING_SIZE)) != NULL && *s)
 		uls_cfg.ring_size = round_pow2(strtoull(s, NULL, 0));
 	if ((s = getenv(ULSOCK_ENV_DISABLE)) != NULL && *s && strcmp(s, "0") != 0)
