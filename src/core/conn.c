@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,8 +16,10 @@
 
 #include "config.h"
 #include "conn_io.h"
+#include "cpu.h"
 #include "handshake.h"
 #include "log.h"
+#include "shmlock.h"
 #include "../preload/libc.h"
 
 static pthread_mutex_t list_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -431,6 +435,44 @@ static void conn_release_shared(struct uls_conn *c)
 		uls_seg_remove(&c->seg);
 }
 
+/* How long a close waits for the peer's token lock and for wake-ups in flight. */
+#define CLOSE_DRAIN_NS (100u * 1000000u)
+
+/*
+ * A close with wake-up bytes unread makes the kernel reset the connection, and the reset
+ * throws away what this side's TCP direction still holds unsent: the data a client sent
+ * before the switch, while a slow server had not read it yet (test_net_basic lost the
+ * end of it that way, once in a few hundred runs under load). Reading the wake-ups that
+ * are there is not enough: the peer may send one more just before the close. So under
+ * the peer's token lock this side says it refuses wake-ups (the peer checks under the same
+ * lock before sending one) and reads the peer's count of those it sent; then it reads
+ * them all off TCP. They are in flight for microseconds; a peer that holds its lock or
+ * never sends what it counted (hostile, or gone) costs at most CLOSE_DRAIN_NS.
+ */
+static void close_drain(struct uls_conn *c, int fd)
+{
+	uint64_t deadline = uls_now_ns() + CLOSE_DRAIN_NS, sent = 0;
+	int refused;
+
+	while (!(refused = uls_shmlock_try(&c->peer->token_lock, &c->peer->token_owner)) &&
+	       uls_now_ns() < deadline)
+		sched_yield();
+	if (refused) {
+		atomic_store(&c->me->tokens_refused, 1);
+		sent = atomic_load(&c->peer->tokens_sent);
+		uls_shmlock_release(&c->peer->token_lock, &c->peer->token_owner);
+	}
+	for (;;) {
+		uls_conn_drain(c, fd);
+		if (!refused || atomic_load(&c->me->tokens_seen) >= sent ||
+		    atomic_load(&c->peer_gone) || !uls_conn_reads_tokens(c) ||
+		    uls_now_ns() >= deadline)
+			break;
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		uls_libc.poll(&p, 1, 1);
+	}
+}
+
 int uls_conn_close(struct uls_conn *c, int fd, int do_close)
 {
 	int last, rc = 0, err = 0;
@@ -449,7 +491,7 @@ int uls_conn_close(struct uls_conn *c, int fd, int do_close)
 	/* Wake-up bytes left unread make the kernel reset instead of close; but with other
 	 * holders of the socket they may be another process's wake-up: leave them. */
 	if (c->seg.hdr && atomic_load(&c->path) != ULS_PATH_KERNEL && !atomic_load(&c->shared))
-		uls_conn_drain(c, fd);
+		close_drain(c, fd);
 	if (atomic_load(&c->path) == ULS_PATH_PENDING && c->role == ULS_CLIENT) {
 		/* The server may have attached without this side having moved a byte since. */
 		if (atomic_load(&c->peer->state) & ULS_SIDE_ATTACHED) {

@@ -145,6 +145,8 @@ void uls_conn_arm(struct uls_conn *c, int events);
 int uls_conn_sleep_recv(struct uls_conn *c, int fd);
 /* Consumes wake-up bytes after the kernel reported the socket readable. */
 void uls_conn_drain(struct uls_conn *c, int fd);
+/* Are the bytes still to come on TCP from the peer wake-ups that this side may read? */
+int uls_conn_reads_tokens(struct uls_conn *c);
 /* For edge-triggered epoll: a number that changes when the readiness may have changed. */
 uint64_t uls_conn_gen(struct uls_conn *c, int events);
 /* FIONREAD and SIOCOUTQ on the ring parts. */

@@ -217,6 +217,11 @@ static int rx_token_zone(struct uls_conn *c)
 	return atomic_load(&c->me->tcp_data) >= atomic_load(&c->peer->switch_pos);
 }
 
+int uls_conn_reads_tokens(struct uls_conn *c)
+{
+	return rx_token_zone(c) && !atomic_load(&c->me->rx_back) && !atomic_load(&c->shut_rd);
+}
+
 /* May this side put wake-up bytes on its TCP direction? */
 static int can_signal(struct uls_conn *c)
 {
@@ -250,7 +255,8 @@ void uls_conn_send_token(struct uls_conn *c, int fd)
 	if (!can_signal(c))
 		return;
 	uls_shmlock_acquire(&c->me->token_lock, &c->me->token_owner);
-	if (!atomic_load_explicit(&c->me->tokens_closed, memory_order_relaxed))
+	if (!atomic_load_explicit(&c->me->tokens_closed, memory_order_relaxed) &&
+	    !atomic_load_explicit(&c->peer->tokens_refused, memory_order_relaxed))
 		uls_conn_send_token_locked(c, fd);
 	uls_shmlock_release(&c->me->token_lock, &c->me->token_owner);
 }

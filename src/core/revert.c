@@ -117,7 +117,8 @@ static void close_tokens(struct uls_conn *c, int fd)
 			uls_warn("fd=%d: the peer kept reading wake-ups through a revert", fd);
 			return;
 		}
-		if (now >= next) {
+		/* A closing peer refuses wake-ups: its reads do not block (conn.c). */
+		if (now >= next && !atomic_load(&c->peer->tokens_refused)) {
 			uls_conn_send_token_locked(c, fd);
 			next = now + 1000000u;
 		}

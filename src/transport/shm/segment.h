@@ -75,7 +75,8 @@ struct uls_side {
 	_Alignas(ULS_CACHELINE) _Atomic uint32_t light_fence; /* publishes with light fences */
 	_Atomic uint32_t tokens_closed; /* reverting: no wake-up reads may start (section 8) */
 	_Atomic uint32_t token_readers; /* calls of this side reading wake-ups right now */
-	uint32_t reserved0;
+	/* Closing: this side reads no more wake-ups, so the peer sends none (conn.c). */
+	_Atomic uint32_t tokens_refused;
 	_Atomic uint64_t tokens_seen; /* wake-up bytes consumed from the peer */
 	/* Moving the connection back to kernel TCP in place (docs/protocol.md, section 8). */
 	_Atomic uint32_t revert_req;  /* this side asks the peer to send on TCP again */
