@@ -219,7 +219,9 @@ static int rx_token_zone(struct uls_conn *c)
 
 int uls_conn_reads_tokens(struct uls_conn *c)
 {
-	return rx_token_zone(c) && !atomic_load(&c->me->rx_back) && !atomic_load(&c->shut_rd);
+	/* A reverting peer's bytes are data from tokens_closed on (uls_token_read_begin). */
+	return rx_token_zone(c) && !atomic_load(&c->me->rx_back) && !atomic_load(&c->shut_rd) &&
+	       !atomic_load(&c->peer->tokens_closed) && !atomic_load(&c->peer->tx_reverted);
 }
 
 /* May this side put wake-up bytes on its TCP direction? */
