@@ -450,16 +450,11 @@ void uls_conn_broken(struct uls_conn *c, int fd, const char *what)
  * mapping holds private zero pages now, and the connection is over: what a call read
  * from it meanwhile is not data. One relaxed load when nothing was ever cut.
  */
-static void cut_report(struct uls_conn *c, int fd)
-{
-	uls_conn_broken(c, fd, "its segment file was truncated");
-}
-
 static inline int cut_off(struct uls_conn *c, int fd)
 {
 	if (__builtin_expect(!c->seg.hdr || !uls_guard_cut_at(c->seg.hdr), 1))
 		return 0;
-	cut_report(c, fd);
+	uls_conn_broken(c, fd, "its segment file was truncated");
 	return 1;
 }
 

@@ -204,9 +204,10 @@ err_close:
  * Recent kernels allow it to an unprivileged caller for a file it opened (seen on 6.18);
  * older ones refuse with ENOENT without CAP_DAC_READ_SEARCH: from then on, /proc only.
  */
-static int spare_link(int fd, const char *proc, const char *path)
+static int spare_link(int fd, const char *path)
 {
 	static _Atomic int by_fd_refused;
+	char proc[40];
 
 	if (!atomic_load_explicit(&by_fd_refused, memory_order_relaxed)) {
 		if (linkat(fd, "", AT_FDCWD, path, AT_EMPTY_PATH) == 0)
@@ -215,6 +216,7 @@ static int spare_link(int fd, const char *proc, const char *path)
 			return -1;
 		atomic_store_explicit(&by_fd_refused, 1, memory_order_relaxed);
 	}
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
 	return linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW);
 }
 
@@ -223,7 +225,6 @@ static int spare_use(struct uls_seg *seg, const char *path, uint64_t ino, uint64
 		     uint64_t c2s, uint64_t s2c)
 {
 	struct spare sp;
-	char proc[40];
 	uint32_t none = 0;
 	int saved = errno;
 
@@ -245,13 +246,12 @@ static int spare_use(struct uls_seg *seg, const char *path, uint64_t ino, uint64
 					    (uint32_t)uls_pid()))
 		goto err_discard;
 	ident_finish(id, ino, cookie);
-	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", sp.fd);
-	if (spare_link(sp.fd, proc, path) < 0) {
+	if (spare_link(sp.fd, path) < 0) {
 		/* No /proc, or a link refused: spares cannot be named here. */
 		if (errno != EEXIST)
 			atomic_store(&spare_off, 1);
 		/* Left over from a dead socket with the same inode: ours is the live one. */
-		if (errno != EEXIST || unlink(path) < 0 || spare_link(sp.fd, proc, path) < 0)
+		if (errno != EEXIST || unlink(path) < 0 || spare_link(sp.fd, path) < 0)
 			goto err_discard;
 	}
 	uls_libc.close(sp.fd);
