@@ -329,6 +329,20 @@ BENCHMARKS = [
 ]
 
 
+# Rows for real programs live in tools/benchrows_*.py, one module per program family, each
+# with a BENCHMARKS list of its own; they are appended here in name order.
+def _load_program_rows():
+    import glob
+    import importlib
+    here = os.path.dirname(os.path.abspath(__file__))
+    for path in sorted(glob.glob(os.path.join(here, "benchrows_*.py"))):
+        mod = importlib.import_module(os.path.basename(path)[:-3])
+        BENCHMARKS.extend(mod.BENCHMARKS)
+
+
+_load_program_rows()
+
+
 def benchmark(name):
     for b in BENCHMARKS:
         if b.name == name:
