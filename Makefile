@@ -10,6 +10,10 @@
 #   make tsan       TSan build in build-tsan (clang when installed), tests labelled tsan
 #   make fuzz       libFuzzer build in build-fuzz (clang), each target for FUZZ_SECONDS
 #   make clean      remove every build directory
+#
+# Python (the test suites, tools/*.py) is always the project's own environment, .venv/,
+# made by scripts/install-deps.sh from requirements.txt: never whatever python3 or pytest
+# this machine has.
 
 SHELL := /bin/bash
 
@@ -19,7 +23,8 @@ BUILD_TSAN  ?= build-tsan
 BUILD_FUZZ  ?= build-fuzz
 BUILD_TYPE  ?= RelWithDebInfo
 CMAKE_ARGS  ?=
-PYTHON      ?= python3
+VENV        := $(CURDIR)/.venv
+PYTHON      := $(VENV)/bin/python
 CTEST_JOBS  ?= 2
 CTEST_FLAGS ?= --output-on-failure --timeout 900
 FUZZ_SECONDS ?= 20
@@ -33,19 +38,27 @@ DEMO_ARGS   ?=
 
 .PHONY: all build deps demo test test-sanitizers bench ubench asan tsan fuzz clean
 
+# Anything a recipe starts by the name python3 or pytest finds the environment's first.
+export PATH := $(VENV)/bin:$(PATH)
+
 all: build
 
 deps:
 	@bash scripts/install-deps.sh
 
-# configure DIR EXTRA-CMAKE-ARGS: configures DIR unless it is configured already and the
-# set of pytest files is unchanged (tests/CMakeLists.txt globs them at configure time, so
-# a new test_*.py needs a new configure to become a ctest test).
+# configure DIR EXTRA-CMAKE-ARGS: configures DIR unless it is configured already, with the
+# project's Python, and the set of pytest files is unchanged (tests/CMakeLists.txt globs
+# them at configure time, so a new test_*.py needs a new configure to become a ctest
+# test). A build directory configured with another interpreter (by hand, or before .venv/
+# existed) is configured again, so ctest never runs the suites with it.
 define configure
 	@list=$$(ls tests/*/test_*.py ulflow/tests/test_*.py 2>/dev/null | sort); \
-	if [ ! -f $(1)/build.ninja ] || [ "$$list" != "$$(cat $(1)/.pytest-files 2>/dev/null)" ]; then \
+	python=$$(sed -n 's/^Python3_EXECUTABLE:[A-Z]*=//p' $(1)/CMakeCache.txt 2>/dev/null); \
+	if [ ! -f $(1)/build.ninja ] || [ "$$list" != "$$(cat $(1)/.pytest-files 2>/dev/null)" ] || \
+		[ "$$python" != "$(PYTHON)" ]; then \
 		echo "configuring $(1)"; \
-		cmake -S . -B $(1) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(2) $(CMAKE_ARGS) && \
+		cmake -S . -B $(1) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+			-DPython3_EXECUTABLE=$(PYTHON) $(2) $(CMAKE_ARGS) && \
 		printf '%s\n' "$$list" > $(1)/.pytest-files; \
 	fi
 endef
@@ -55,7 +68,7 @@ build: deps
 	ninja -C $(BUILD)
 
 demo: build
-	$(PYTHON) tools/demo.py $(DEMO_ARGS)
+	$(PYTHON) tools/demo.py --build $(BUILD) $(DEMO_ARGS)
 
 # The main suites first; the sanitizer and fuzz smoke runs happen even when they fail,
 # so one run reports everything, and the exit status covers both.
@@ -90,12 +103,12 @@ test-sanitizers:
 	exit $$rc
 
 bench: build
-	$(PYTHON) tools/bench.py $(BENCH_ARGS)
+	$(PYTHON) tools/bench.py --build $(BUILD) $(BENCH_ARGS)
 
 # Every ulsock-bench test on kernel TCP, each ulsock profile and Unix domain sockets,
 # with fi_pingpong, sockperf, iperf3 and qperf beside them; writes the report.
 ubench: build
-	$(PYTHON) tools/ubench.py --report $(UBENCH_DIR) $(UBENCH_ARGS)
+	$(PYTHON) tools/ubench.py --build $(BUILD) --report $(UBENCH_DIR) $(UBENCH_ARGS)
 
 asan: deps
 	$(call configure,$(BUILD_ASAN),-DULS_SANITIZE=address$(,)undefined)

@@ -26,6 +26,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
 from benchlib import BenchError, Substrate  # noqa: E402
+import projenv  # noqa: E402
 
 PROFILES = ["latency", "balanced", "efficient"]
 
@@ -315,4 +316,5 @@ def main():
 
 
 if __name__ == "__main__":
+    projenv.use()
     sys.exit(main())

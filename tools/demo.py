@@ -5,9 +5,10 @@
   redis-benchmark GET with one client, 20000 requests: requests per second
 
 Each runs on kernel TCP, then with both ends under `ulsock run --profile latency` and
-`--profile balanced`, interleaved, three times; the table shows medians and the ratio to
-kernel TCP. A cell that cannot run reads "failed" (the reason goes to stderr); servers are
-always stopped.
+`--profile balanced`, interleaved, three times; the table shows medians and, beside each
+ulsock median, how many times faster or slower it is than kernel TCP ("297x faster"). A
+cell that cannot run reads "failed" (the reason goes to stderr); servers are always
+stopped.
 """
 
 import argparse
@@ -17,6 +18,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
 from benchlib import BenchError, Substrate  # noqa: E402
+import projenv  # noqa: E402
 
 PARAMS = dict(seconds=2, iperf_seconds=3, n_get1=20000, n_get50=100000, n_conn=10000)
 ROWS = [("pp64", "sockperf ping-pong 64 B, latency"), ("redis1", "redis GET, 1 client")]
@@ -48,12 +50,30 @@ def measure(subs, repeats, params):
     return samples, errors
 
 
+def factor_text(b, value, base):
+    """ulsock against kernel TCP as a person reads it, the same way on every row whichever
+    way the row's unit points: "297x faster", "1.4x slower" ("same" within 5%)."""
+    if not value or not base or value <= 0 or base <= 0:
+        return ""
+    factor = max(value, base) / min(value, base)
+    if factor < 1.05:
+        return "same"
+    better = value < base if b.lower_is_better else value > base
+    return "%s %s" % (fmt_factor(factor), "faster" if better else "slower")
+
+
+def fmt_factor(f):
+    """297x, 29x, 1.4x: whole numbers from 10 up, one decimal below."""
+    return ("%.0fx" if f >= 9.95 else "%.1fx") % f
+
+
 def cell_text(b, value, base):
     if value is None:
         return "failed"
     text = "%s %s" % (benchlib.fmt_value(value), b.unit)
-    if base:
-        text += "  %.2fx" % (value / base)
+    factor = factor_text(b, value, base)
+    if factor:
+        text += "  " + factor
     return text
 
 
@@ -71,8 +91,9 @@ def print_table(subs, samples, repeats):
     print()
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-    print("\nmedian of %d runs; Nx = ulsock / kernel TCP. Latency: lower is better; "
-          "requests per second: higher is better." % repeats)
+    print("\nmedian of %d run%s. \"Nx faster\" or \"Nx slower\" compares ulsock with "
+          "kernel TCP on the same row:\nN times less or more time per round trip, N times "
+          "more or fewer requests per second." % (repeats, "" if repeats == 1 else "s"))
 
 
 def main():
@@ -98,4 +119,5 @@ def main():
 
 
 if __name__ == "__main__":
+    projenv.use()
     sys.exit(main())

@@ -5,27 +5,21 @@ is always better).
 
 usage: plot_bench.py BENCH.json OUT.png
 
-matplotlib is imported only here. When the python3 on PATH lacks it (a pyenv Python,
-say), the script re-runs itself with /usr/bin/python3, where Debian's python3-matplotlib
-lives.
+matplotlib is imported only here; it comes with the project's Python environment (.venv,
+requirements.txt), which the script re-runs itself in when another python3 started it.
 """
 
 import json
-import os
 import sys
 
-SYSTEM_PYTHON = "/usr/bin/python3"
+import projenv
 
 
 def import_matplotlib():
     try:
         import matplotlib
     except ImportError:
-        if os.path.realpath(sys.executable) != os.path.realpath(SYSTEM_PYTHON) and \
-                os.access(SYSTEM_PYTHON, os.X_OK) and not os.environ.get("ULS_PLOT_REEXEC"):
-            os.environ["ULS_PLOT_REEXEC"] = "1"
-            os.execv(SYSTEM_PYTHON, [SYSTEM_PYTHON] + sys.argv)
-        sys.exit("plot_bench: matplotlib not found (install python3-matplotlib)")
+        sys.exit("plot_bench: matplotlib not found in %s: run `make deps`" % sys.prefix)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
@@ -68,4 +62,5 @@ def main():
 
 
 if __name__ == "__main__":
+    projenv.use()
     main()

@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
 import benchlib  # noqa: E402
 from benchlib import BenchError, Substrate  # noqa: E402
+import projenv  # noqa: E402
 import ubench_report  # noqa: E402
 
 PROFILES = ["latency", "balanced", "efficient"]
@@ -325,4 +326,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    projenv.use()
     sys.exit(main())

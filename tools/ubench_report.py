@@ -7,8 +7,9 @@ As a command, it (re)writes a report from a results file:
 
     python3 tools/ubench_report.py RESULTS.json OUTDIR
 
-matplotlib is needed only for the plots; without it in this Python, the plotting step
-re-runs itself with /usr/bin/python3 (Debian's python3-matplotlib), as plot_bench.py does.
+matplotlib is needed only for the plots; it comes with the project's Python environment
+(.venv, requirements.txt), which the command re-runs itself in when another python3
+started it.
 """
 
 import json
@@ -19,6 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib  # noqa: E402
+import projenv  # noqa: E402
 
 METRICS = ["lat_median_us", "lat_p99_us", "lat_p999_us", "mb_s", "msg_s", "conn_s",
            "ns_per_call", "mb_per_cpu_s", "cpu_client_s", "cpu_server_s"]
@@ -406,4 +408,5 @@ def main():
 
 
 if __name__ == "__main__":
+    projenv.use()
     sys.exit(main())

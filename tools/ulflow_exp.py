@@ -28,6 +28,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import ROOT, Substrate, default_build_dir  # noqa: E402
+import projenv  # noqa: E402
 
 SEED = {"latency": (3.5, 10), "rate": (6, 8), "reaction": 8}
 COST_NS = 18.0  # seed 000: the Virtual Microscope's visualization, per byte
@@ -535,16 +536,12 @@ def factors_text(lat, rate, het):
 
 
 def ensure_matplotlib():
-    """Debian's python3-matplotlib (scripts/install-deps.sh) belongs to /usr/bin/python3;
-    under another interpreter (pyenv, a venv) re-run with that one."""
+    """matplotlib comes with the project's Python environment (requirements.txt), which
+    the command runs in (projenv.use); fail early, not after the runs."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        system = "/usr/bin/python3"
-        if os.path.realpath(sys.executable) != os.path.realpath(system) and \
-                os.access(system, os.X_OK):
-            os.execv(system, [system] + sys.argv)
-        raise
+        sys.exit("ulflow_exp: matplotlib not found in %s: run `make deps`" % sys.prefix)
 
 
 def main():
@@ -619,4 +616,5 @@ def main():
 
 
 if __name__ == "__main__":
+    projenv.use()
     main()

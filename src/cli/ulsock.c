@@ -34,32 +34,69 @@ static void usage(FILE *f)
 		"stat  lists the live TCP connections of this user's ulsock processes, their\n"
 		"      path (shm or kernel) and, for kernel ones, why.\n"
 		"\n"
-		"Environment: ULSOCK_PROFILE, ULSOCK_LOG, ULSOCK_LOG_FILE, ULSOCK_RING_SIZE,\n"
-		"ULSOCK_SPIN_US, ULSOCK_DISABLE, ULSOCK_TRUST_UIDS (see README.md).\n");
+		"Environment: ULSOCK_PROFILE, ULSOCK_SPIN_US, ULSOCK_RX_PACE_NS, ULSOCK_RING_SIZE,\n"
+		"ULSOCK_LOG, ULSOCK_LOG_FILE, ULSOCK_DISABLE, ULSOCK_TRUST_UIDS, ULSOCK_LIBRARY\n"
+		"(see README.md). run refuses to start PROGRAM when one of them is not valid.\n");
 }
 
-/* The library sits in ../lib next to the directory of this executable. */
-static int library_path(char *out, size_t len)
+/* The library: ULSOCK_LIBRARY when set, else ../lib next to the directory of this
+ * executable. Returns 0, or after saying why there is none -2 (a bad ULSOCK_LIBRARY) or
+ * -1. */
+static int library_path(char *out, size_t len, const char *prog)
 {
-	char exe[PATH_MAX];
+	char exe[PATH_MAX], real[PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	const char *env = getenv("ULSOCK_LIBRARY");
 
 	if (env && *env) {
-		snprintf(out, len, "%s", env);
-		return access(out, R_OK);
-	}
-	if (n < 0)
-		return -1;
-	exe[n] = '\0';
-	snprintf(out, len, "%s/../lib/libulsock.so", dirname(exe));
-	if (access(out, R_OK) == 0) {
-		char real[PATH_MAX];
-		if (realpath(out, real))
-			snprintf(out, len, "%s", real);
+		/* A file this user can read (the dynamic loader would skip anything else with
+		 * a message, and run the program without ulsock), by its full path, so that
+		 * children in other directories find it too. */
+		struct stat st;
+		int fd = open(env, O_RDONLY | O_CLOEXEC), err = 0;
+
+		if (fd < 0 || fstat(fd, &st) < 0)
+			err = errno;
+		else if (!S_ISREG(st.st_mode))
+			err = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+		else if (!realpath(env, real))
+			err = errno;
+		if (fd >= 0)
+			close(fd);
+		if (err) {
+			fprintf(stderr, "ulsock run: ULSOCK_LIBRARY='%s' cannot be read (%s): "
+				"refusing to run %s\n", env, strerror(err), prog);
+			return -2;
+		}
+		snprintf(out, len, "%s", real);
 		return 0;
 	}
+	if (n >= 0) {
+		exe[n] = '\0';
+		snprintf(out, len, "%s/../lib/libulsock.so", dirname(exe));
+		if (access(out, R_OK) == 0) {
+			if (realpath(out, real))
+				snprintf(out, len, "%s", real);
+			return 0;
+		}
+	}
+	fprintf(stderr, "ulsock: cannot find libulsock.so next to this command\n");
 	return -1;
+}
+
+static void say_bad(const struct uls_config_bad *bad, void *prog)
+{
+	fprintf(stderr, "ulsock run: %s='%s' %s: refusing to run %s\n", bad->var, bad->value,
+		bad->problem, (const char *)prog);
+}
+
+/* The library would warn about a bad value and go on with another; run refuses it
+ * outright, before the program starts, so that a typo cannot go unseen. */
+static int config_ok(const char *prog)
+{
+	struct uls_config cfg = uls_cfg;
+
+	return uls_config_parse(&cfg, say_bad, (void *)prog) == 0;
 }
 
 static int cmd_run(int argc, char **argv)
@@ -72,7 +109,7 @@ static int cmd_run(int argc, char **argv)
 	enum uls_profile p;
 	char lib[PATH_MAX], *preload;
 	const char *old;
-	int c;
+	int c, err;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "+p:h", opts, NULL)) != -1) {
@@ -94,10 +131,11 @@ static int cmd_run(int argc, char **argv)
 		fprintf(stderr, "ulsock run: no program given\n");
 		return 2;
 	}
-	if (library_path(lib, sizeof(lib)) < 0) {
-		fprintf(stderr, "ulsock: cannot find libulsock.so next to this command\n");
-		return 1;
-	}
+	if (!config_ok(argv[optind]))
+		return 2;
+	err = library_path(lib, sizeof(lib), argv[optind]);
+	if (err < 0)
+		return err == -2 ? 2 : 1;
 	old = getenv("LD_PRELOAD");
 	if (old && *old) {
 		if (asprintf(&preload, "%s:%s", lib, old) < 0)

@@ -30,7 +30,31 @@ struct uls_config {
 
 extern struct uls_config uls_cfg;
 
+/*
+ * Reads the ULSOCK_* variables into uls_cfg: defaults first, then each variable that is
+ * set and not empty. Each invalid value gets one warning in the log (at level warn, in
+ * ULSOCK_LOG_FILE when that can be opened) naming the variable, the value and what is
+ * used instead; at level debug one line gives the configuration in force.
+ */
 void uls_config_load(void);
+
+/* A ULSOCK_* value that is not valid, and what the library uses instead. */
+struct uls_config_bad {
+	const char *var;   /* the variable's name */
+	char value[204];   /* its value, printable, cut short past 200 bytes */
+	char problem[112]; /* "is not error, warn, info or debug" */
+	char used[64];     /* "using warn" */
+};
+typedef void (*uls_config_bad_fn)(const struct uls_config_bad *bad, void *arg);
+
+/*
+ * Reads the library's ULSOCK_* variables into *cfg, as uls_config_load does, without
+ * logging: calls bad(arg) once for each invalid value, after putting in place what is used
+ * instead. Returns the number of invalid values. `ulsock run` refuses to start a program
+ * when it is not 0.
+ */
+int uls_config_parse(struct uls_config *cfg, uls_config_bad_fn bad, void *arg);
+
 /* getpid() and getuid() without a system call each time; the pid is renewed after fork. */
 extern pid_t uls_cached_pid;
 pid_t uls_pid_slow(void);
