@@ -3,6 +3,7 @@
 #include "conn.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -19,6 +20,7 @@
 #include "cpu.h"
 #include "handshake.h"
 #include "log.h"
+#include "ownfd.h"
 #include "shmlock.h"
 #include "../preload/libc.h"
 
@@ -35,6 +37,7 @@ struct uls_conn *uls_conn_alloc(void)
 	uls_waitq_init(&c->wq);
 	c->refs = 1;
 	c->life = 1;
+	c->kept_fd = -1;
 	c->stat = uls_stat_slot();
 	pthread_mutex_lock(&list_mu);
 	c->next = conn_list;
@@ -104,10 +107,20 @@ int uls_conn_hold(struct uls_conn *c)
 	return 0;
 }
 
+static void close_last(struct uls_conn *c, int fd, int do_close, int *rc, int *err);
+
 void uls_conn_unhold(struct uls_conn *c)
 {
-	if (atomic_fetch_sub(&c->life, 1) == 1)
-		conn_destroy(c);
+	if (atomic_fetch_sub(&c->life, 1) != 1)
+		return;
+	if (atomic_load(&c->kept)) {
+		/* The last call a close overtook ended: the close happens now (kept_for_calls). */
+		int rc, err;
+		close_last(c, c->kept_fd, 1, &rc, &err);
+		atomic_store(&c->kept, 0);
+		uls_own_fd_forget(&c->kept_fd);
+	}
+	conn_destroy(c);
 }
 
 void uls_conn_get(struct uls_conn *c)
@@ -190,9 +203,9 @@ void uls_conn_nodelay(struct uls_conn *c, int fd)
 		return;
 	pthread_mutex_lock(&c->mu);
 	if (!atomic_load(&c->nodelay_forced)) {
-		if (uls_libc.getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &cur, &len) == 0)
+		if (uls_libc.getsockopt(uls_conn_fd(c, fd), IPPROTO_TCP, TCP_NODELAY, &cur, &len) == 0)
 			atomic_store(&c->app_nodelay, cur);
-		uls_libc.setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		uls_libc.setsockopt(uls_conn_fd(c, fd), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		atomic_store_explicit(&c->nodelay_forced, 1, memory_order_release);
 	}
 	pthread_mutex_unlock(&c->mu);
@@ -211,12 +224,42 @@ int uls_conn_set_app_nodelay(struct uls_conn *c, int fd, int on)
 	return r;
 }
 
+int uls_conn_set_rcvlowat(struct uls_conn *c, int fd, int val)
+{
+	int eff = 1;
+	socklen_t len = sizeof(eff);
+
+	if (uls_libc.setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &val, sizeof(val)) < 0)
+		return -1;
+	if (uls_libc.getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &eff, &len) < 0)
+		eff = val > 0 ? val : 1;
+	uls_conn_adopt_rcvlowat(c, fd, eff);
+	return 0;
+}
+
+void uls_conn_adopt_rcvlowat(struct uls_conn *c, int fd, int val)
+{
+	int one = 1;
+
+	pthread_mutex_lock(&c->mu);
+	atomic_store(&c->rcvlowat, val);
+	if (atomic_load(&c->path) != ULS_PATH_KERNEL && val != 1)
+		uls_libc.setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof(one));
+	pthread_mutex_unlock(&c->mu);
+}
+
 void uls_conn_set_kernel(struct uls_conn *c, int fd, const char *reason)
 {
+	int lowat;
+
 	pthread_mutex_lock(&c->mu);
 	if (atomic_load(&c->path) != ULS_PATH_KERNEL) {
 		snprintf(c->reason, sizeof(c->reason), "%s", reason);
 		atomic_store(&c->path, ULS_PATH_KERNEL);
+		/* The kernel decides from now on, with the program's low-water mark. */
+		lowat = atomic_load(&c->rcvlowat);
+		if (lowat > 1)
+			uls_libc.setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat));
 	}
 	pthread_mutex_unlock(&c->mu);
 	/* A client whose peer will never attach has no use for its segment's name. */
@@ -411,11 +454,13 @@ static int peer_pid_alive(struct uls_conn *c)
 static void conn_release_shared(struct uls_conn *c)
 {
 	uint32_t peer_state;
+	/* Kernel TCP resets a connection closed with bytes unread, as SO_LINGER {1, 0} does. */
+	int64_t unread = uls_ring_readable(c->rx, atomic_load(&c->rx->sh->cons.head));
+	int reset = atomic_load(&c->linger_reset) || unread != 0;
 
 	atomic_store(&c->tx->sh->prod.eof, 1);
 	atomic_store(&c->rx->sh->cons.closed, 1);
-	atomic_fetch_or_explicit(&c->me->state,
-				 ULS_SIDE_CLOSED | (atomic_load(&c->linger_reset) ? ULS_SIDE_RESET : 0),
+	atomic_fetch_or_explicit(&c->me->state, ULS_SIDE_CLOSED | (reset ? ULS_SIDE_RESET : 0),
 				 memory_order_seq_cst);
 	peer_state = atomic_load_explicit(&c->peer->state, memory_order_seq_cst);
 	uls_conn_wake_peer(c);
@@ -473,24 +518,35 @@ static void close_drain(struct uls_conn *c, int fd)
 	}
 }
 
-int uls_conn_close(struct uls_conn *c, int fd, int do_close)
+/*
+ * The program closed the last descriptor of c while calls of other threads are inside
+ * (a recv blocked on it, a poll that names it). The kernel keeps the file open for such
+ * calls until they return, with the connection alive: a blocked recv still gets the data
+ * that comes. So the socket moves to a private descriptor, the program's number is
+ * closed at once, and the rest of the close waits for the last of those calls
+ * (uls_conn_unhold). Returns 1 when kept.
+ */
+static int kept_for_calls(struct uls_conn *c, int fd)
 {
-	int last, rc = 0, err = 0;
+	if (atomic_load(&c->life) <= 1 || atomic_load(&c->kept))
+		return 0;
+	int k = uls_libc.fcntl(fd, F_DUPFD_CLOEXEC, ULS_OWN_FD_MIN);
+	if (k < 0)
+		return 0;
+	uls_own_fd_take(k, &c->kept_fd);
+	/* Release: a call that sees the flag uses the descriptor, never the old number. */
+	atomic_store_explicit(&c->kept, 1, memory_order_release);
+	return 1;
+}
 
-	pthread_mutex_lock(&c->mu);
-	last = --c->refs == 0;
-	pthread_mutex_unlock(&c->mu);
-	if (!last)
-		return do_close ? uls_libc.close(fd) : 0;
-	/* A signal handler closes the socket of the call it interrupted: keep the conn for
-	 * that call, which drops this hold when it returns (conn_io.c, solo_end). */
-	if (uls_solo_call == c && !atomic_load(&c->solo_hold)) {
-		atomic_fetch_add(&c->life, 1);
-		atomic_store(&c->solo_hold, 1);
-	}
+/* What a close does when no call of this process is inside any more. */
+static void close_last(struct uls_conn *c, int fd, int do_close, int *rc, int *err)
+{
+	*rc = 0;
+	*err = 0;
 	/* Wake-up bytes left unread make the kernel reset instead of close; but with other
 	 * holders of the socket they may be another process's wake-up: leave them. */
-	if (c->seg.hdr && atomic_load(&c->path) != ULS_PATH_KERNEL && !atomic_load(&c->shared))
+	if (c->seg.hdr && atomic_load(&c->path) != ULS_PATH_KERNEL && !uls_conn_maybe_shared(c))
 		close_drain(c, fd);
 	if (atomic_load(&c->path) == ULS_PATH_PENDING && c->role == ULS_CLIENT) {
 		/* The server may have attached without this side having moved a byte since. */
@@ -510,15 +566,48 @@ int uls_conn_close(struct uls_conn *c, int fd, int do_close)
 			 (unsigned long long)atomic_load(&c->stat->rx_bytes));
 	}
 	if (do_close) {
-		rc = uls_libc.close(fd);
-		err = errno;
-		/* Other processes may hold the socket (fork, SCM_RIGHTS): ask the kernel. */
-		if (c->seg.hdr && (!atomic_load(&c->shared) || socket_gone(&c->local_sa, &c->peer_sa)))
+		/*
+		 * Alone with the socket, this process tells the peer before its FIN can: a
+		 * peer that sees the end of the stream first would take a reset for an end.
+		 * Other processes may hold the socket (fork, SCM_RIGHTS): then the kernel is
+		 * asked after the close.
+		 */
+		int alone = c->seg.hdr && !uls_conn_maybe_shared(c);
+		if (alone)
+			conn_release_shared(c);
+		*rc = uls_libc.close(fd);
+		*err = errno;
+		if (c->seg.hdr && !alone && socket_gone(&c->local_sa, &c->peer_sa))
 			conn_release_shared(c);
 	}
 	/* Threads still waiting on the connection in this process give up. */
 	uls_conn_wake_self(c);
 	uls_waitq_kick(&c->wq);
+}
+
+int uls_conn_close(struct uls_conn *c, int fd, int do_close)
+{
+	int last, rc = 0, err = 0;
+
+	pthread_mutex_lock(&c->mu);
+	last = --c->refs == 0;
+	pthread_mutex_unlock(&c->mu);
+	if (!last)
+		return do_close ? uls_libc.close(fd) : 0;
+	/* A signal handler closes the socket of the call it interrupted: keep the conn for
+	 * that call, which drops this hold when it returns (conn_io.c, solo_end). */
+	if (uls_solo_call == c && !atomic_load(&c->solo_hold)) {
+		atomic_fetch_add(&c->life, 1);
+		atomic_store(&c->solo_hold, 1);
+	}
+	if (kept_for_calls(c, fd)) {
+		if (do_close) {
+			rc = uls_libc.close(fd);
+			err = errno;
+		}
+	} else {
+		close_last(c, fd, do_close, &rc, &err);
+	}
 	uls_conn_unhold(c);
 	errno = err;
 	return rc;
@@ -535,6 +624,7 @@ void uls_conn_atfork_child(void)
 		struct uls_stat_rec *old = c->stat;
 		pthread_mutex_init(&c->mu, NULL);
 		uls_waitq_init(&c->wq);
+		uls_bells_reset(&c->bells);
 		c->stat = uls_stat_slot();
 		if (c->stat && old) {
 			memcpy((char *)c->stat + sizeof(old->used), (char *)old + sizeof(old->used),
@@ -550,6 +640,33 @@ void uls_conn_mark_shared_all(void)
 	for (struct uls_conn *c = conn_list; c; c = c->next)
 		atomic_store(&c->shared, 1);
 	pthread_mutex_unlock(&list_mu);
+}
+
+void uls_conn_note_socket(struct uls_conn *c, int fd)
+{
+	struct stat st;
+
+	if (!atomic_load(&c->sock_ino) && fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode))
+		atomic_store(&c->sock_ino, (uint64_t)st.st_ino);
+}
+
+struct uls_conn *uls_conn_by_socket(uint64_t ino)
+{
+	struct uls_conn *found = NULL;
+
+	pthread_mutex_lock(&list_mu);
+	for (struct uls_conn *c = conn_list; c && !found; c = c->next)
+		if (atomic_load(&c->sock_ino) == ino)
+			found = c;
+	pthread_mutex_unlock(&list_mu);
+	return found;
+}
+
+int uls_conn_maybe_shared(struct uls_conn *c)
+{
+	/* A process that joins this side (exec, spawn, SCM_RIGHTS, pidfd_getfd) says so in
+	 * the segment before its first call (uls_conn_join_side). */
+	return atomic_load(&c->shared) || (c->seg.hdr && atomic_load(&c->me->multi));
 }
 
 int uls_conn_any_accelerated(void)

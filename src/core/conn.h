@@ -19,6 +19,7 @@
 #include <sys/uio.h>
 
 #include "../transport/shm/segment.h"
+#include "bell.h"
 #include "stat.h"
 #include "wait.h"
 
@@ -27,6 +28,7 @@ enum uls_path { ULS_PATH_PENDING, ULS_PATH_SHM, ULS_PATH_KERNEL };
 struct uls_conn {
 	pthread_mutex_t mu; /* process-local fields: refs, path, logged */
 	struct uls_waitq wq; /* threads of this process sleeping on this connection */
+	struct uls_bells bells; /* their bells, and those of epoll waits on it (bell.h) */
 	int refs;           /* descriptors of this process that name the socket */
 	_Atomic int life;   /* 1 while refs > 0, plus one per call in progress */
 	_Atomic int closed; /* the last descriptor was closed: calls still inside fail */
@@ -39,7 +41,6 @@ struct uls_conn {
 	_Atomic int shut_rd, shut_wr;
 	_Atomic int linger_reset; /* SO_LINGER {1, 0}: close resets the connection */
 	_Atomic int reset_seen;   /* ECONNRESET was reported once; EOF from then on */
-	_Atomic int epipe; /* a send failed with EPIPE: poll reports POLLERR|POLLHUP */
 	_Atomic uint64_t tx_full; /* times a send found the ring full (EPOLLOUT edges) */
 	uint64_t tx_head_seen;    /* the consumer's head as last read (send lock) */
 	/*
@@ -67,13 +68,36 @@ struct uls_conn {
 	char reason[96];
 	int logged;
 	_Atomic int shared; /* another process may hold the socket (fork, exec, SCM_RIGHTS) */
+	_Atomic uint64_t sock_ino; /* the inode of this side's socket, once asked (0: not yet) */
+	/*
+	 * The program closed its last descriptor while calls of other threads were inside
+	 * (uls_conn_close): the socket stays open on a private descriptor until the last of
+	 * those calls ends, as the kernel keeps a file open for the calls that hold it. The
+	 * calls' kernel work goes there from then on (uls_conn_fd).
+	 */
+	_Atomic int kept;
+	int kept_fd; /* an own descriptor (ownfd.h): a dup2 onto it moves it */
 	_Atomic int app_nodelay; /* TCP_NODELAY as the program set it (the kernel's is 1) */
+	/*
+	 * SO_RCVLOWAT as the program set it (0: never). The kernel socket of a connection
+	 * whose bytes may come on the ring keeps 1: its readiness and ulsock's own reads of it
+	 * are about single wake-up bytes. It gets the program's value back with the kernel path.
+	 */
+	_Atomic int rcvlowat;
 	_Atomic int solo_hold; /* a signal handler's close held the conn for a solo call */
 	_Atomic int on_rings; /* kernel_parts found both directions on the rings (cache) */
 	_Atomic int nodelay_forced; /* this process set TCP_NODELAY for wake-ups (under mu) */
 	struct uls_stat_rec *stat;
 	struct uls_conn *next; /* process-wide list */
 };
+
+/* The descriptor for c's kernel work: fd, or the one kept for calls a close overtook. */
+static inline int uls_conn_fd(struct uls_conn *c, int fd)
+{
+	if (__builtin_expect(!atomic_load_explicit(&c->kept, memory_order_acquire), 1))
+		return fd;
+	return c->kept_fd;
+}
 
 /* Process-wide list of conns, for fork bookkeeping. */
 struct uls_conn *uls_conn_alloc(void);
@@ -110,6 +134,13 @@ void uls_conn_nodelay(struct uls_conn *c, int fd);
 /* setsockopt(TCP_NODELAY) by the program: returns what setsockopt returns, with errno. */
 int uls_conn_set_app_nodelay(struct uls_conn *c, int fd, int on);
 void uls_conn_set_kernel(struct uls_conn *c, int fd, const char *reason);
+/*
+ * SO_RCVLOWAT for a connection whose bytes may come on the ring: the kernel validates and
+ * caps the value, c keeps it and the kernel socket keeps 1. Returns setsockopt's result.
+ */
+int uls_conn_set_rcvlowat(struct uls_conn *c, int fd, int val);
+/* Takes over a SO_RCVLOWAT the socket had before it became c's (connect, accept). */
+void uls_conn_adopt_rcvlowat(struct uls_conn *c, int fd, int val);
 void uls_conn_log_path(struct uls_conn *c, int fd);
 /* "LOCAL -> PEER", for log lines. */
 const char *uls_conn_names(struct uls_conn *c, char *buf, size_t len);
@@ -127,6 +158,11 @@ int uls_conn_shutdown(struct uls_conn *c, int fd, int how);
  * (-ETIMEDOUT when the peer did not answer in time, -EBUSY when it cannot be done).
  */
 int uls_conn_revert(struct uls_conn *c, int fd, int timeout_ms);
+/*
+ * Moves only this side's sending direction back to kernel TCP (before urgent data, which
+ * the kernel then sends). Needs nothing of the peer. Returns 0 or -errno.
+ */
+int uls_conn_tx_to_kernel(struct uls_conn *c, int fd);
 
 /* Readiness for poll and epoll. */
 #define ULS_KERNEL_RX 0x1 /* receive readiness is the kernel's (TCP data before the switch) */
@@ -158,6 +194,13 @@ int uls_conn_any_accelerated(void);
 
 /* Before fork, and when a descriptor of c leaves in an SCM_RIGHTS message. */
 void uls_conn_mark_shared_all(void);
+
+/* Records the inode of c's socket from fd, one of its descriptors (once). */
+void uls_conn_note_socket(struct uls_conn *c, int fd);
+/* The conn whose socket has inode ino (uls_conn_note_socket), or NULL. */
+struct uls_conn *uls_conn_by_socket(uint64_t ino);
+/* Is the socket maybe held by another process too (fork, spawn, a process that joined)? */
+int uls_conn_maybe_shared(struct uls_conn *c);
 
 /* After fork, in the child: one more process holds each conn. */
 void uls_conn_atfork_child(void);

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bell.h"
 #include "conn.h"
 #include "conn_io.h"
 #include "../transport/shm/guard.h"
@@ -118,12 +119,7 @@ void uls_conn_join_side(struct uls_conn *c)
 	}
 }
 
-#if __has_include(<sys/single_threaded.h>)
-#include <sys/single_threaded.h>
-#define SINGLE_THREADED() (__libc_single_threaded != 0)
-#else
-#define SINGLE_THREADED() 0
-#endif
+#define SINGLE_THREADED() ULS_SINGLE_THREADED()
 
 /*
  * 1: the call (direction dir) runs solo, end it with solo_end; 0: it holds and locks;
@@ -242,7 +238,7 @@ int uls_conn_send_token_locked(struct uls_conn *c, int fd)
 	 */
 	if (c->role != ULS_SERVER || atomic_load_explicit(&c->me->tokens_sent, memory_order_relaxed))
 		uls_conn_nodelay(c, fd);
-	if (uls_libc.send(fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1)
+	if (uls_libc.send(uls_conn_fd(c, fd), &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1)
 		return 0;
 	atomic_fetch_add_explicit(&c->me->tokens_sent, 1, memory_order_relaxed);
 	return 1;
@@ -284,10 +280,58 @@ void uls_token_read_end(struct uls_conn *c)
 	atomic_fetch_sub(&c->me->token_readers, 1);
 }
 
+/*
+ * This thread consumed wake-up bytes of c: other threads of the process sleeping on c
+ * may have armed for them (bell.h), and followers of a leader re-check (wait.h).
+ */
+static void tokens_taken(struct uls_conn *c)
+{
+	if (!SINGLE_THREADED())
+		uls_bells_ring_others(&c->bells);
+	uls_waitq_kick(&c->wq);
+}
+
+/*
+ * Before a thread of a multi-threaded process arms a wake-up of c and sleeps in the
+ * kernel: its bell joins c, so that a thread consuming the byte meant for it rings it.
+ * Returns the bell (the wait then sets uls_bell_current), or -1: none needed, or none to
+ * be had (*bounded is then set: the sleep must not last).
+ */
+static int bell_join(struct uls_conn *c, int *bounded)
+{
+	*bounded = 0;
+	if (SINGLE_THREADED())
+		return -1;
+	int bell = uls_bell_thread();
+	if (bell < 0) {
+		*bounded = 1;
+		return -1;
+	}
+	uls_bell_begin(bell);
+	if (!uls_bells_add(&c->bells, bell))
+		*bounded = 1;
+	return bell;
+}
+
+/*
+ * uls_wait with this thread's bell (bell_join) in the kernel wait set: the drains of the
+ * wait do not ring it, and a sleeper without a registration looks again every 10 ms.
+ */
+static int wait_rung(struct uls_conn *c, int fd, uint64_t deadline, int drain, int max_ms,
+		     int bell, int bounded)
+{
+	if (bounded && (max_ms < 0 || max_ms > 10))
+		max_ms = 10;
+	uls_bell_current = bell;
+	int r = uls_wait(c, fd, deadline, drain, max_ms);
+	uls_bell_current = -1;
+	return r;
+}
+
 static void futex_wake_all(_Atomic uint32_t *word)
 {
 	/* Not FUTEX_PRIVATE_FLAG: the sleepers are in the peer's processes. */
-	syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+	uls_syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
 /* After moving a ring: wakes the sleepers that *want names (ULS_WANT_*); 1 if any. */
@@ -365,18 +409,24 @@ void uls_conn_drain(struct uls_conn *c, int fd)
 	if (!c->seg.hdr || !rx_token_zone(c) || atomic_load(&c->shut_rd))
 		return;
 	uls_revert_serve(c, fd);
-	/* Past the peer's revert point its TCP bytes are data: rx_try_back counts exactly. */
+	/* Past the peer's revert point its TCP bytes are data: rx_back counts exactly. A
+	 * poller learns of them here (the kernel says readable, the ring may be empty). */
+	if (!atomic_load(&c->me->rx_back) && atomic_load(&c->peer->tx_reverted) &&
+	    uls_conn_trylock(c, RXL)) {
+		uls_revert_rx_back(c, fd);
+		uls_conn_unlock(c, RXL);
+	}
 	if (atomic_load(&c->me->rx_back) || !uls_token_read_begin(c))
 		return;
+	int took = 0;
 	for (;;) {
-		n = uls_libc.recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+		n = uls_libc.recv(uls_conn_fd(c, fd), buf, sizeof(buf), MSG_DONTWAIT);
 		if (n > 0) {
 			atomic_fetch_add_explicit(&c->me->tokens_seen, (uint64_t)n,
 						  memory_order_relaxed);
+			took = 1;
 			if (n == (ssize_t)sizeof(buf))
 				continue;
-			/* Those bytes may have been meant for another waiting thread. */
-			uls_waitq_kick(&c->wq);
 			break;
 		}
 		if (n == 0)
@@ -388,6 +438,9 @@ void uls_conn_drain(struct uls_conn *c, int fd)
 		break;
 	}
 	uls_token_read_end(c);
+	/* Those bytes may have been meant for another waiting thread. */
+	if (took)
+		tokens_taken(c);
 }
 
 int uls_conn_sleep_recv(struct uls_conn *c, int fd)
@@ -400,14 +453,14 @@ int uls_conn_sleep_recv(struct uls_conn *c, int fd)
 	    atomic_load(&c->me->rx_back) || !uls_token_read_begin(c))
 		return 0;
 	/* The kernel applies SA_RESTART itself: an EINTR here would end the program's call. */
-	n = uls_libc.recv(fd, buf, sizeof(buf), 0);
+	n = uls_libc.recv(uls_conn_fd(c, fd), buf, sizeof(buf), 0);
 	int err = errno;
 	if (n > 0)
 		atomic_fetch_add_explicit(&c->me->tokens_seen, (uint64_t)n, memory_order_relaxed);
 	uls_token_read_end(c);
 	errno = err;
 	if (n > 0) {
-		uls_waitq_kick(&c->wq);
+		tokens_taken(c);
 		return 1;
 	}
 	if (n == 0) {
@@ -491,7 +544,7 @@ static void check_tcp_sometimes(struct uls_conn *c, int fd, uint64_t now)
 	if (now - last < TCP_CHECK_NS)
 		return;
 	atomic_store_explicit(&c->tcp_checked, now, memory_order_relaxed);
-	struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+	struct pollfd p = {.fd = uls_conn_fd(c, fd), .events = POLLRDHUP};
 	if (uls_libc.poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
 		uls_conn_drain(c, fd);
 }
@@ -529,6 +582,19 @@ static int rx_ready(struct uls_conn *c)
 
 	return uls_ring_readable(c->rx, head) != 0 || atomic_load(&c->rx->sh->prod.eof) ||
 	       atomic_load(&c->peer_gone) || atomic_load(&c->broken);
+}
+
+/* POLLIN for poll and epoll: SO_RCVLOWAT bytes, or the end of the stream, or an error. */
+static int rx_poll_ready(struct uls_conn *c)
+{
+	uint64_t head = atomic_load_explicit(&c->rx->sh->cons.head, memory_order_relaxed);
+	int64_t avail = uls_ring_readable(c->rx, head);
+	int lowat = atomic_load_explicit(&c->rcvlowat, memory_order_relaxed);
+
+	if (avail != 0 && (avail < 0 || avail >= (lowat > 1 ? lowat : 1)))
+		return 1;
+	return atomic_load(&c->rx->sh->prod.eof) || atomic_load(&c->peer_gone) ||
+	       atomic_load(&c->broken);
 }
 
 static int peer_stopped_reading(struct uls_conn *c)
@@ -605,7 +671,7 @@ static int futex_sleep(struct uls_conn *c, _Atomic uint32_t *want, uint64_t dead
 		uls_seg_reap();
 		uls_signal_clear();
 		/* Returns at once when the word no longer holds v: the peer moved meanwhile. */
-		if (syscall(SYS_futex, want, FUTEX_WAIT, v, &ts, NULL, 0) < 0 && errno == EINTR &&
+		if (uls_syscall(SYS_futex, want, FUTEX_WAIT, v, &ts, NULL, 0) < 0 && errno == EINTR &&
 		    (deadline || uls_signals_interrupt()))
 			return -EINTR;
 	}
@@ -619,11 +685,12 @@ static int wait_rx(struct uls_conn *c, int fd, uint64_t deadline)
 	int r = futex_sleep(c, &c->rx->sh->cons.want_data, deadline, 1, rx_ready);
 	if (r != 1)
 		return r;
+	int bounded, bell = bell_join(c, &bounded);
 	atomic_fetch_or(&c->rx->sh->cons.want_data, ULS_WANT_TOKEN);
 	int bound = uls_fence_heavy(&c->peer->light_fence) ? max_sleep_ms(c) : 10;
 	if (rx_ready(c))
 		return 0;
-	return uls_wait(c, fd, deadline, 1, bound);
+	return wait_rung(c, fd, deadline, 1, bound, bell, bounded);
 }
 
 /* Sleeps until the send ring may have space. Returns 0, -EINTR or -EAGAIN (timeout). */
@@ -634,6 +701,7 @@ static int wait_tx(struct uls_conn *c, int fd, uint64_t deadline, int *backoff_m
 	int r = futex_sleep(c, &c->tx->sh->prod.want_space, deadline, 0, tx_ready);
 	if (r != 1)
 		return r;
+	int bounded, bell = bell_join(c, &bounded);
 	atomic_fetch_or(&c->tx->sh->prod.want_space, ULS_WANT_TOKEN);
 	int bound = uls_fence_heavy(&c->peer->light_fence) ? max_sleep_ms(c) : 10;
 	if (tx_ready(c))
@@ -645,7 +713,7 @@ static int wait_tx(struct uls_conn *c, int fd, uint64_t deadline, int *backoff_m
 		if (deadline && uls_now_ns() >= deadline)
 			return -EAGAIN;
 		/* POLLRDHUP alone still tells when the peer's socket is gone. */
-		struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+		struct pollfd p = {.fd = uls_conn_fd(c, fd), .events = POLLRDHUP};
 		uls_signal_clear();
 		r = uls_libc.poll(&p, 1, *backoff_ms);
 		if (r < 0)
@@ -656,7 +724,7 @@ static int wait_tx(struct uls_conn *c, int fd, uint64_t deadline, int *backoff_m
 			note_peer_end(c, 0);
 		return 0;
 	}
-	return uls_wait(c, fd, deadline, 1, bound);
+	return wait_rung(c, fd, deadline, 1, bound, bell, bounded);
 }
 
 /*
@@ -674,10 +742,36 @@ static void stat_add(_Atomic uint64_t *counter, ssize_t n)
 
 static ssize_t send_epipe(struct uls_conn *c, int flags)
 {
-	atomic_store(&c->epipe, 1);
 	if (!(flags & MSG_NOSIGNAL))
 		raise(SIGPIPE);
 	return -EPIPE;
+}
+
+/*
+ * A send to a peer that stopped reading. One that only shut down reading still takes
+ * (and drops) the bytes. One that reset the connection (SO_LINGER {1, 0}, or a close with
+ * bytes unread, conn.c) gets ECONNRESET once, as the kernel reports a reset once, and
+ * EPIPE from then on. Once the peer's socket is closed (or its stream ended) the bytes go
+ * to the kernel: kernel TCP takes the first send after the peer's close and fails a later
+ * one only when the peer's reset has come back, and on this socket the kernel now does
+ * exactly that (nobody reads the TCP direction any more; the peer's kernel resets it).
+ */
+static ssize_t send_to_gone_peer(struct uls_conn *c, int fd, const struct iovec *iov,
+				 int iovcnt, size_t total, int flags)
+{
+	uint32_t peer_state = atomic_load(&c->peer->state);
+
+	if (peer_state & ULS_SIDE_RESET) {
+		if (!atomic_exchange(&c->reset_seen, 1))
+			return -ECONNRESET;
+		return send_epipe(c, flags);
+	}
+	if (!(peer_state & ULS_SIDE_CLOSED) && !atomic_load(&c->peer_gone))
+		return (ssize_t)total;
+	struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
+	ssize_t n = uls_libc.sendmsg(uls_conn_fd(c, fd), &m, flags);
+
+	return n < 0 ? -errno : n;
 }
 
 /* Fills tmp with the part of iov that starts `skip` bytes in; returns the count. */
@@ -713,11 +807,9 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 		if (atomic_load(&c->shut_wr))
 			return done ? (ssize_t)done : send_epipe(c, flags);
 		if (peer_stopped_reading(c) || atomic_load(&c->peer_gone)) {
-			/* A peer that only shut down reading still takes (and drops) bytes. */
-			if (!(atomic_load(&c->peer->state) & ULS_SIDE_CLOSED) &&
-			    !atomic_load(&c->peer_gone))
-				return (ssize_t)total;
-			return done ? (ssize_t)done : send_epipe(c, flags);
+			if (done)
+				return (ssize_t)done;
+			return send_to_gone_peer(c, fd, iov, iovcnt, total, flags);
 		}
 		if (!solo_now(c, TXL))
 			c->tx_mine_ok = 0;
@@ -758,7 +850,7 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 			struct iovec tmp[64];
 			struct msghdr m = {.msg_iov = tmp};
 			m.msg_iovlen = (size_t)iov_window(iov, iovcnt, done, tmp, 64);
-			ssize_t n = uls_libc.sendmsg(fd, &m, flags);
+			ssize_t n = uls_libc.sendmsg(uls_conn_fd(c, fd), &m, flags);
 			if (n < 0)
 				return done ? (ssize_t)done : -errno;
 			return (ssize_t)(done + (size_t)n);
@@ -794,7 +886,7 @@ static ssize_t conn_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 	if (atomic_load(&c->me->tx_reverted)) {
 		/* Back on TCP: the bytes follow the resent ring bytes there. */
 		struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
-		n = uls_libc.sendmsg(fd, &m, flags);
+		n = uls_libc.sendmsg(uls_conn_fd(c, fd), &m, flags);
 		n = n < 0 ? -errno : n;
 		dir_unlock(c, TXL);
 		return n;
@@ -803,7 +895,7 @@ static ssize_t conn_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 		if (!uls_conn_peer_attached(c)) {
 			/* Not proven yet: the bytes go on TCP, where the server will read them. */
 			struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
-			n = uls_libc.sendmsg(fd, &m, flags);
+			n = uls_libc.sendmsg(uls_conn_fd(c, fd), &m, flags);
 			if (n > 0)
 				atomic_fetch_add(&c->me->tcp_data, (uint64_t)n);
 			n = n < 0 ? -errno : n;
@@ -863,10 +955,15 @@ static ssize_t tcp_recv_before_switch(struct uls_conn *c, int fd, struct msghdr 
 			limit = (size_t)(pos - have);
 	}
 	/* Until the switch is seen, what follows the data may be wake-ups (read as such). */
-	int tokens = !switched;
+	int tokens = !switched, bell = -1, bounded = 0, kflags = flags & ~MSG_WAITALL;
 	if (tokens && !uls_token_read_begin(c))
 		return -EALREADY; /* a client reverting has switched first: the limit is exact */
 	if (!switched && !nonblock) {
+		/* Another thread may consume the wake-up meant for this one (bell.h): then
+		 * this reader must not sleep where it cannot be rung, in a blocking recvmsg. */
+		bell = bell_join(c, &bounded);
+		if (bell >= 0 || bounded)
+			kflags |= MSG_DONTWAIT;
 		/* A client switching now sees the flag and wakes this reader, or this side
 		 * sees the switch: never both miss (the blocking recvmsg below would wait for
 		 * TCP data that went to the ring). */
@@ -880,7 +977,14 @@ static ssize_t tcp_recv_before_switch(struct uls_conn *c, int fd, struct msghdr 
 	m.msg_iov = tmp;
 	m.msg_iovlen = (size_t)iov_truncate(msg->msg_iov, (int)msg->msg_iovlen, limit, tmp, 64);
 	/* MSG_WAITALL is ulsock's to apply: the kernel would wait for wake-up bytes too. */
-	n = uls_libc.recvmsg(fd, &m, flags & ~MSG_WAITALL);
+	n = uls_libc.recvmsg(uls_conn_fd(c, fd), &m, kflags);
+	if (n < 0 && errno == EAGAIN && (kflags & MSG_DONTWAIT) && !(flags & MSG_DONTWAIT) &&
+	    !nonblock) {
+		uls_token_read_end(c);
+		int r = wait_rung(c, fd, deadline_of(c->rcvtimeo_ns), 0, max_sleep_ms(c), bell,
+				  bounded);
+		return r < 0 ? r : -EALREADY;
+	}
 	if (n <= 0) {
 		int err = errno;
 		if (tokens)
@@ -896,8 +1000,10 @@ static ssize_t tcp_recv_before_switch(struct uls_conn *c, int fd, struct msghdr 
 		/* The switch happened during the call: what lies past it are wake-ups. */
 		uint64_t data = atomic_load(&c->peer->switch_pos) - have;
 		if ((uint64_t)n > data) {
-			if (!(flags & MSG_PEEK))
+			if (!(flags & MSG_PEEK)) {
 				atomic_fetch_add(&c->me->tokens_seen, (uint64_t)n - data);
+				tokens_taken(c);
+			}
 			n = (ssize_t)data;
 		}
 	}
@@ -920,6 +1026,7 @@ static ssize_t tcp_recv_pending(struct uls_conn *c, int fd, struct msghdr *msg, 
 		/* The flag costs the server a wake-up byte: not when it attached already. */
 		if (uls_conn_peer_attached(c))
 			return -EALREADY;
+		int bounded = 0, bell = nonblock ? -1 : bell_join(c, &bounded);
 		/* A server that attaches later must wake this reader through the ring. */
 		atomic_fetch_or(&c->rx->sh->cons.want_data, ULS_WANT_TOKEN);
 		uls_fence_heavy(&c->peer->light_fence);
@@ -928,12 +1035,13 @@ static ssize_t tcp_recv_pending(struct uls_conn *c, int fd, struct msghdr *msg, 
 		/* A server attaching now may send wake-ups, and then revert. */
 		if (!uls_token_read_begin(c))
 			return -EALREADY;
-		n = uls_libc.recvmsg(fd, msg, (flags & ~MSG_WAITALL) | MSG_DONTWAIT);
+		n = uls_libc.recvmsg(uls_conn_fd(c, fd), msg,
+				     (flags & ~MSG_WAITALL) | MSG_DONTWAIT);
 		if (n >= 0 || errno != EAGAIN || nonblock)
 			break;
 		uls_token_read_end(c);
 		/* Sleep without consuming: what arrives may be data or a wake-up byte. */
-		int r = uls_wait(c, fd, deadline, 0, max_sleep_ms(c));
+		int r = wait_rung(c, fd, deadline, 0, max_sleep_ms(c), bell, bounded);
 		if (r < 0)
 			return r;
 	}
@@ -954,10 +1062,12 @@ static ssize_t tcp_recv_pending(struct uls_conn *c, int fd, struct msghdr *msg, 
 		note_peer_end(c, 0);
 	} else {
 		if (flags & MSG_PEEK)
-			n = uls_libc.recv(fd, sink, (size_t)n < sizeof(sink) ? (size_t)n : sizeof(sink),
-					  MSG_DONTWAIT);
-		if (n > 0)
+			n = uls_libc.recv(uls_conn_fd(c, fd), sink,
+					  (size_t)n < sizeof(sink) ? (size_t)n : sizeof(sink), MSG_DONTWAIT);
+		if (n > 0) {
 			atomic_fetch_add(&c->me->tokens_seen, (uint64_t)n);
+			tokens_taken(c);
+		}
 	}
 	uls_token_read_end(c);
 	return -EALREADY;
@@ -1073,6 +1183,18 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 }
 
 
+/* A blocking receive returns once it has this much: the kernel's sock_rcvlowat. */
+static size_t recv_target(struct uls_conn *c, int flags, size_t total)
+{
+	int lowat = atomic_load_explicit(&c->rcvlowat, memory_order_relaxed);
+
+	if (flags & MSG_WAITALL)
+		return total;
+	if (lowat <= 1)
+		return 1;
+	return (size_t)lowat < total ? (size_t)lowat : total;
+}
+
 /*
  * One receive: TCP data before the ring took over, then the ring. MSG_WAITALL goes on
  * across both until the buffer is full, the stream ends, or an error or signal stops it.
@@ -1081,6 +1203,7 @@ static ssize_t conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 {
 	size_t total = iov_total(msg->msg_iov, (int)msg->msg_iovlen), done = 0;
 	int nonblock = (flags & MSG_DONTWAIT) || atomic_load(&c->nonblock);
+	size_t target = recv_target(c, flags, total);
 	struct iovec tmp[64];
 	ssize_t n;
 
@@ -1098,8 +1221,17 @@ static ssize_t conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 							  64);
 		}
 		uls_revert_serve(c, fd);
+		/* The peer moved its sending direction back to TCP: follow it once the ring
+		 * bytes before its revert point are read (at once if it never switched). */
+		if (!atomic_load(&c->me->rx_back) && atomic_load(&c->peer->tx_reverted)) {
+			int back = uls_revert_rx_back(c, fd);
+			if (back < 0) {
+				n = back;
+				break;
+			}
+		}
 		if (atomic_load(&c->me->rx_back)) {
-			n = uls_libc.recvmsg(fd, &m, flags);
+			n = uls_libc.recvmsg(uls_conn_fd(c, fd), &m, flags);
 			n = n < 0 ? -errno : n;
 		} else if (c->role == ULS_CLIENT && !uls_conn_peer_attached(c)) {
 			n = tcp_recv_pending(c, fd, &m, flags, nonblock);
@@ -1125,7 +1257,7 @@ static ssize_t conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 			continue;
 		if (n > 0) {
 			done += (size_t)n;
-			if ((flags & MSG_WAITALL) && !(flags & MSG_PEEK) && done < total)
+			if (done < target && !(flags & MSG_PEEK) && (!nonblock || (flags & MSG_WAITALL)))
 				continue;
 		}
 		break;
@@ -1202,7 +1334,7 @@ int uls_conn_shutdown(struct uls_conn *c, int fd, int how)
 		if (c->role == ULS_CLIENT && !atomic_load(&c->me->switched)) {
 			/* Still on TCP: the server reads the end of the stream there. */
 			atomic_fetch_or(&c->me->state, ULS_SIDE_TCP_SHUT);
-			int r = uls_libc.shutdown(fd, SHUT_WR);
+			int r = uls_libc.shutdown(uls_conn_fd(c, fd), SHUT_WR);
 			uls_conn_unlock(c, TXL);
 			if (r < 0)
 				return -errno;
@@ -1225,7 +1357,7 @@ int uls_conn_shutdown(struct uls_conn *c, int fd, int how)
 	 * would with plain TCP (SHUT_RDWR also sends the peer its FIN: we are done both ways).
 	 */
 	if (how != SHUT_WR)
-		uls_libc.shutdown(fd, how);
+		uls_libc.shutdown(uls_conn_fd(c, fd), how);
 	uls_conn_wake_self(c);
 	uls_waitq_kick(&c->wq);
 	return 0;
@@ -1261,7 +1393,7 @@ int uls_conn_ready(struct uls_conn *c, int events)
 	int parts = uls_conn_kernel_parts(c), r = 0;
 
 	if (!(parts & ULS_KERNEL_RX)) {
-		if (rx_ready(c))
+		if (rx_poll_ready(c))
 			r |= POLLIN;
 		if (atomic_load(&c->rx->sh->prod.eof) || atomic_load(&c->peer_gone))
 			r |= POLLIN | POLLRDHUP;
@@ -1274,8 +1406,10 @@ int uls_conn_ready(struct uls_conn *c, int events)
 		r |= POLLOUT;
 	if (atomic_load(&c->shut_wr) && (r & POLLRDHUP))
 		r |= POLLHUP;
-	if (atomic_load(&c->epipe) || (atomic_load(&c->peer->state) & ULS_SIDE_RESET))
-		r |= POLLERR | POLLHUP;
+	/* A reset is an error until a call reported it (as the kernel's sk_err), a hang-up
+	 * for good. */
+	if (atomic_load(&c->peer->state) & ULS_SIDE_RESET)
+		r |= atomic_load(&c->reset_seen) ? POLLHUP : POLLERR | POLLHUP;
 	/* Last: the reads above may be what found the segment cut. A reset, as in TCP. */
 	if (cut_off(c, c->stat ? c->stat->fd : -1))
 		r = POLLIN | POLLOUT | POLLRDHUP | POLLERR | POLLHUP;
@@ -1323,7 +1457,7 @@ int uls_conn_inq(struct uls_conn *c, int fd, int *out)
 
 	if (parts & ULS_KERNEL_RX) {
 		int k = 0;
-		if (uls_libc.ioctl(fd, FIONREAD, &k) < 0)
+		if (uls_libc.ioctl(uls_conn_fd(c, fd), FIONREAD, &k) < 0)
 			return -errno;
 		if (c->role == ULS_SERVER && atomic_load(&c->peer->switched)) {
 			uint64_t left = atomic_load(&c->peer->switch_pos) - atomic_load(&c->me->tcp_data);

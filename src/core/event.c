@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bell.h"
 #include "config.h"
 #include "conn.h"
 #include "cpu.h"
@@ -31,7 +32,7 @@ static struct uls_conn *ring_conn(int fd)
 
 static int kernel_events_for(struct uls_conn *c, int events)
 {
-	int parts = uls_conn_kernel_parts(c), k = POLLIN | POLLRDHUP;
+	int parts = uls_conn_kernel_parts(c), k = POLLIN | POLLRDHUP | (events & POLLPRI);
 
 	if ((parts & ULS_KERNEL_TX) && (events & POLLOUT))
 		k |= POLLOUT;
@@ -47,6 +48,12 @@ static int merge(struct uls_conn *c, int fd, int events, int krev)
 		uls_conn_drain(c, fd);
 	parts = uls_conn_kernel_parts(c);
 	r = uls_conn_ready(c, events);
+	/*
+	 * Errors and hang-ups of the socket are the kernel's, whichever way the bytes go (a
+	 * send after the peer closed goes to the kernel, whose reset ends it), and so is
+	 * urgent data, which never travels on the rings (conn_io.c, MSG_OOB).
+	 */
+	r |= krev & (POLLHUP | POLLERR | (events & POLLPRI));
 	if (parts & ULS_KERNEL_RX)
 		r |= krev & (KERNEL_RX_BITS | POLLHUP | POLLERR) & (events | POLLHUP | POLLERR);
 	if (parts & ULS_KERNEL_TX)
@@ -88,8 +95,12 @@ static int poll_collect(struct pollfd *fds, struct pollfd *k, struct uls_conn **
 
 	for (nfds_t i = 0; i < n; i++) {
 		int krev = have_kernel ? k[i].revents : 0;
-		fds[i].revents = cs[i] ? (short)merge(cs[i], fds[i].fd, fds[i].events, krev)
-				       : (short)krev;
+		/* A number closed meanwhile by another thread: the kernel's answer stands. */
+		if (krev & POLLNVAL)
+			fds[i].revents = POLLNVAL;
+		else
+			fds[i].revents = cs[i] ? (short)merge(cs[i], fds[i].fd, fds[i].events, krev)
+					       : (short)krev;
 		count += fds[i].revents != 0;
 	}
 	return count;
@@ -103,17 +114,39 @@ static int any_user_ready(struct pollfd *fds, struct uls_conn **cs, nfds_t n)
 	return 0;
 }
 
+/* A sleep that could not register its bell everywhere looks again this often. */
+#define BOUNDED_SLEEP_NS 10000000
+
+/*
+ * Before the first sleep of a poll in a multi-threaded process: the thread's bell joins
+ * the kernel wait set (at k[n]) and becomes the current one. Returns the bell or -1;
+ * *bounded is set when the sleep must not last.
+ */
+static int poll_bell(struct pollfd *k, nfds_t n, int *bounded)
+{
+	int bell = uls_bell_thread();
+
+	if (bell < 0) {
+		*bounded = 1;
+		return -1;
+	}
+	uls_bell_begin(bell);
+	k[n] = (struct pollfd){.fd = uls_bell_fd(bell), .events = POLLIN};
+	uls_bell_current = bell;
+	return bell;
+}
+
 int uls_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *mask)
 {
-	struct pollfd kst[64], *k = kst;
+	struct pollfd kst[65], *k = kst;
 	struct uls_conn *cst[64], **cs = cst;
 	uint64_t start = uls_now_ns(), deadline = start + (uint64_t)(timeout_ns > 0 ? timeout_ns : 0);
-	int nconn = 0, r;
+	int nconn = 0, r, bell = -1, bounded = 0, was_current = uls_bell_current;
 	unsigned spins = 0;
 	struct uls_spin spin;
 
 	if (n > 64) {
-		k = malloc(n * sizeof(*k));
+		k = malloc((n + 1) * sizeof(*k));
 		cs = malloc(n * sizeof(*cs));
 		if (!k || !cs) {
 			free(k == kst ? NULL : k);
@@ -123,6 +156,10 @@ int uls_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *m
 	}
 	for (nfds_t i = 0; i < n; i++) {
 		cs[i] = fds[i].fd >= 0 ? ring_conn(fds[i].fd) : NULL;
+		/* Held, as the kernel holds the files a poll names: a close by another thread
+		 * leaves the conn to this call (conn.c, kept_for_calls). */
+		if (cs[i] && !uls_conn_hold(cs[i]))
+			cs[i] = NULL;
 		nconn += cs[i] != NULL;
 		k[i] = fds[i];
 		if (cs[i])
@@ -137,25 +174,40 @@ int uls_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *m
 		int64_t left = remaining(deadline, timeout_ns);
 		int sleeping = 0;
 		if (any_user_ready(fds, cs, n) || left == 0 || (++spins & 63) == 0) {
-			r = kernel_ppoll(k, n, 0, mask);
+			r = kernel_ppoll(k, n + (bell >= 0), 0, mask);
 		} else if (uls_spin_more(&spin)) {
 			continue;
 		} else {
-			for (nfds_t i = 0; i < n; i++)
-				if (cs[i])
-					uls_conn_arm(cs[i], fds[i].events);
+			if (bell < 0 && !bounded && !ULS_SINGLE_THREADED())
+				bell = poll_bell(k, n, &bounded);
+			for (nfds_t i = 0; i < n; i++) {
+				if (!cs[i])
+					continue;
+				/* The bell first, then the arm (bell.h). */
+				if (bell >= 0 && !uls_bells_add(&cs[i]->bells, bell))
+					bounded = 1;
+				uls_conn_arm(cs[i], fds[i].events);
+			}
 			if (any_user_ready(fds, cs, n))
 				continue;
 			sleeping = 1;
-			r = kernel_ppoll(k, n, left, mask);
+			if (bounded && (left < 0 || left > BOUNDED_SLEEP_NS))
+				left = BOUNDED_SLEEP_NS;
+			r = kernel_ppoll(k, n + (bell >= 0), left, mask);
 		}
 		if (r < 0)
 			goto out;
+		if (bell >= 0 && k[n].revents)
+			uls_bell_clear(bell);
 		r = poll_collect(fds, k, cs, n, 1);
 		if (r > 0 || left == 0 || (sleeping && remaining(deadline, timeout_ns) == 0))
 			goto out;
 	}
 out:
+	uls_bell_current = was_current;
+	for (nfds_t i = 0; i < n; i++)
+		if (cs[i])
+			uls_conn_unhold(cs[i]);
 	if (k != kst)
 		free(k);
 	if (cs != cst)
@@ -174,6 +226,7 @@ struct epreg {
 	int ring;         /* the fd is a ring conn: ulsock decides its readiness */
 	uint32_t kev;     /* events registered with the kernel */
 	unsigned round;   /* last wait round that reported it */
+	unsigned told;    /* the set's cycle when it was last reported (fair_skip) */
 	int ghost;        /* deleted by the program, still registered with the kernel */
 	struct uls_conn *ghost_conn; /* the ghost's conn and its segment's inode: an fd */
 	uint64_t ghost_ino;          /* closed behind ulsock's back has another */
@@ -184,6 +237,8 @@ struct epreg {
 
 /* Kernel data of an orphan: the tag and the epreg's address (user addresses are < 2^63). */
 #define ORPHAN_TAG (1ull << 63)
+/* Kernel data of the set's bell (descriptors and user addresses stay below it). */
+#define BELL_TAG (1ull << 62)
 
 struct uls_epoll {
 	pthread_mutex_t mu;
@@ -191,12 +246,24 @@ struct uls_epoll {
 	struct epreg **regs; /* indexed by fd */
 	int cap;
 	unsigned round;
+	/*
+	 * Fairness across the two sources of events, the rings and the kernel: within a
+	 * cycle each registration is reported once, and a new cycle starts when a wait finds
+	 * only registrations reported in this one. With maxevents below the number ready, a
+	 * level-triggered member is then reported again only after every other member was,
+	 * as the kernel's ready list does it; and no kernel descriptor waits behind a set of
+	 * busy rings for more than a cycle.
+	 */
+	unsigned cycle;
+	int stale; /* ready registrations this wait skipped as reported in this cycle */
 	int *watch;  /* fds whose readiness ulsock may decide: TCP sockets, nested epolls */
 	int nwatch, capwatch;
 	int next;    /* where the next scan of watch starts, so that all get their turn */
 	int epfd;    /* the descriptor the last epoll_ctl named, -1 once closed */
 	int shared;  /* another process may use the kernel epoll set (fork): no ghosts */
 	uint64_t kernel_seen; /* when a wait last asked the kernel (ns) */
+	int bell;             /* the set's bell (bell.h) in its kernel set, or -1 */
+	int bounded;          /* this wait could not register the bell everywhere */
 	struct epreg **orph;  /* orphans: registrations that outlived their fd */
 	int norph, caporph;
 };
@@ -212,6 +279,8 @@ struct uls_epoll *uls_epoll_create(int epfd)
 	if (!ep)
 		return NULL;
 	ep->epfd = epfd;
+	ep->bell = -1;
+	ep->cycle = 1; /* registrations start with told 0: never reported */
 	pthread_mutex_init(&ep->mu, NULL);
 	ep->refs = 1;
 	pthread_mutex_lock(&eplist_mu);
@@ -253,6 +322,7 @@ void uls_epoll_put(struct uls_epoll *ep)
 		}
 	}
 	pthread_mutex_unlock(&eplist_mu);
+	uls_bell_put(ep->bell);
 	for (int i = 0; i < ep->cap; i++)
 		free(ep->regs[i]);
 	for (int i = 0; i < ep->norph; i++)
@@ -583,6 +653,16 @@ void uls_epoll_forget_fd(int fd)
 	pthread_mutex_unlock(&eplist_mu);
 }
 
+void uls_epoll_atfork_child(void)
+{
+	/* The child's bells are new (bell.h): its sets get theirs at their next wait. */
+	pthread_mutex_init(&eplist_mu, NULL);
+	for (int i = 0; i < neplist; i++) {
+		pthread_mutex_init(&eplist[i]->mu, NULL);
+		eplist[i]->bell = -1;
+	}
+}
+
 void uls_epoll_unshare(void)
 {
 	pthread_mutex_lock(&eplist_mu);
@@ -603,12 +683,26 @@ static int poll_bits(uint32_t e)
 	return (int)(e & (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLERR | EPOLLHUP));
 }
 
+static int has_ring(struct uls_epoll *ep)
+{
+	return ep->nwatch > 0 || ep->norph > 0;
+}
+
+/* Was r reported in this cycle already? (Only sets with rings mix two sources.) */
+static int fair_skip(struct uls_epoll *ep, struct epreg *r)
+{
+	if (r->told != ep->cycle || !has_ring(ep))
+		return 0;
+	ep->stale++;
+	return 1;
+}
+
 /* Emits an event for r if it is ready; returns 1 when emitted. */
 static int emit(struct uls_epoll *ep, struct epreg *r, int ready, struct epoll_event *out)
 {
 	struct uls_conn *c;
 
-	if (!ready || r->fired || r->round == ep->round)
+	if (!ready || r->fired || r->round == ep->round || fair_skip(ep, r))
 		return 0;
 	if (r->ring && (r->events & EPOLLET)) {
 		c = r->oconn ? r->oconn : uls_fd_conn(r->fd);
@@ -620,6 +714,7 @@ static int emit(struct uls_epoll *ep, struct epreg *r, int ready, struct epoll_e
 	if (r->events & EPOLLONESHOT)
 		r->fired = 1;
 	r->round = ep->round;
+	r->told = ep->cycle;
 	out->events = (uint32_t)ready;
 	out->data = r->data;
 	return 1;
@@ -639,6 +734,39 @@ static void refresh(struct uls_epoll *ep, int epfd, struct epreg *r)
 
 static int inner_ready(struct uls_epoll *ep, int arm, int depth);
 
+/* Arms c for a wait on ep, its bell joining c first when it has one (bell.h). */
+static void arm_conn(struct uls_epoll *ep, struct uls_conn *c, int events)
+{
+	if (ep->bell >= 0 && !uls_bells_add(&c->bells, ep->bell))
+		ep->bounded = 1;
+	uls_conn_arm(c, events);
+}
+
+/*
+ * Before a wait that arms in a multi-threaded process: the set's bell (made and put into
+ * the kernel set on first use, edge-triggered, tagged) starts a new wait.
+ */
+static void bell_begin(struct uls_epoll *ep, int epfd)
+{
+	ep->bounded = 0;
+	if (ULS_SINGLE_THREADED())
+		return;
+	if (ep->bell < 0) {
+		int bell = uls_bell_get();
+		struct epoll_event kev = {.events = EPOLLIN | EPOLLET, .data.u64 = BELL_TAG};
+		if (bell >= 0 && uls_libc.epoll_ctl(epfd, EPOLL_CTL_ADD, uls_bell_fd(bell), &kev) < 0) {
+			uls_bell_put(bell);
+			bell = -1;
+		}
+		ep->bell = bell;
+	}
+	if (ep->bell < 0) {
+		ep->bounded = 1;
+		return;
+	}
+	uls_bell_begin(ep->bell);
+}
+
 /* User-space readiness of one watched registration (0 when the kernel decides). */
 static int watched_ready(struct uls_epoll *ep, int epfd, struct epreg *r, int arm, int depth)
 {
@@ -646,7 +774,7 @@ static int watched_ready(struct uls_epoll *ep, int epfd, struct epreg *r, int ar
 		if (r->fired || !orphan_valid(r))
 			return 0;
 		if (arm)
-			uls_conn_arm(r->oconn, poll_bits(r->events));
+			arm_conn(ep, r->oconn, poll_bits(r->events));
 		return uls_conn_ready(r->oconn, poll_bits(r->events)) &
 		       poll_bits(r->events | EPOLLERR | EPOLLHUP);
 	}
@@ -664,7 +792,7 @@ static int watched_ready(struct uls_epoll *ep, int epfd, struct epreg *r, int ar
 	if (!c)
 		return 0;
 	if (arm)
-		uls_conn_arm(c, poll_bits(r->events));
+		arm_conn(ep, c, poll_bits(r->events));
 	return uls_conn_ready(c, poll_bits(r->events)) & poll_bits(r->events | EPOLLERR | EPOLLHUP);
 }
 
@@ -678,7 +806,7 @@ static int inner_ready(struct uls_epoll *ep, int arm, int depth)
 		if (r && r->ring && !r->fired) {
 			struct uls_conn *c = uls_fd_conn(r->fd);
 			if (c && arm)
-				uls_conn_arm(c, poll_bits(r->events));
+				arm_conn(ep, c, poll_bits(r->events));
 			any |= c && (uls_conn_ready(c, poll_bits(r->events)) & poll_bits(r->events));
 		}
 	}
@@ -686,7 +814,7 @@ static int inner_ready(struct uls_epoll *ep, int arm, int depth)
 		struct epreg *r = ep->orph[i];
 		if (!r->fired && orphan_valid(r)) {
 			if (arm)
-				uls_conn_arm(r->oconn, poll_bits(r->events));
+				arm_conn(ep, r->oconn, poll_bits(r->events));
 			any |= uls_conn_ready(r->oconn, poll_bits(r->events)) & poll_bits(r->events);
 		}
 	}
@@ -714,10 +842,14 @@ static int user_pass(struct uls_epoll *ep, int epfd, struct epoll_event *evs, in
 	return n;
 }
 
+/*
+ * Asks the kernel for up to max events and turns them into the program's, in place: the
+ * kernel writes its keyed events into evs and each is read before anything is written at
+ * its index or below, so no buffer limits how many one call returns.
+ */
 static int kernel_pass(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int max,
 		       int64_t ns, const sigset_t *mask)
 {
-	struct epoll_event kev[64];
 	int n = 0, r, ms;
 
 	ms = ns < 0 ? -1 : (int)((ns + 999999) / 1000000);
@@ -725,20 +857,27 @@ static int kernel_pass(struct uls_epoll *ep, int epfd, struct epoll_event *evs, 
 	pthread_mutex_unlock(&ep->mu);
 	if (ms != 0)
 		uls_seg_reap();
-	r = uls_libc.epoll_pwait(epfd, kev, max < 64 ? max : 64, ms, mask);
+	r = uls_libc.epoll_pwait(epfd, evs, max, ms, mask);
 	pthread_mutex_lock(&ep->mu);
 	if (r < 0)
 		return -errno;
 	for (int i = 0; i < r && n < max; i++) {
-		if (kev[i].data.u64 & ORPHAN_TAG) {
-			struct epreg *o = orphan_of(ep, kev[i].data.u64);
+		struct epoll_event k = evs[i];
+		if (k.data.u64 == BELL_TAG) {
+			/* Rung: the caller's pass over the rings follows. */
+			if (ep->bell >= 0)
+				uls_bell_clear(ep->bell);
+			continue;
+		}
+		if (k.data.u64 & ORPHAN_TAG) {
+			struct epreg *o = orphan_of(ep, k.data.u64);
 			if (!o || !orphan_valid(o))
 				continue;
-			int ready = merge(o->oconn, o->ofd, poll_bits(o->events), (int)kev[i].events);
+			int ready = merge(o->oconn, o->ofd, poll_bits(o->events), (int)k.events);
 			n += emit(ep, o, ready & poll_bits(o->events | EPOLLERR | EPOLLHUP), &evs[n]);
 			continue;
 		}
-		int fd = (int)kev[i].data.u64;
+		int fd = (int)k.data.u64;
 		struct epreg *reg = fd >= 0 && fd < ep->cap ? ep->regs[fd] : NULL;
 		if (!reg)
 			continue;
@@ -747,16 +886,17 @@ static int kernel_pass(struct uls_epoll *ep, int epfd, struct epoll_event *evs, 
 			continue;
 		}
 		if (!reg->ring) {
-			if (reg->round == ep->round)
+			if (reg->round == ep->round || fair_skip(ep, reg))
 				continue;
 			reg->round = ep->round;
-			evs[n].events = kev[i].events;
+			reg->told = ep->cycle;
+			evs[n].events = k.events;
 			evs[n].data = reg->data;
 			n++;
 			continue;
 		}
 		struct uls_conn *c = uls_fd_conn(fd);
-		int ready = c ? merge(c, fd, poll_bits(reg->events), (int)kev[i].events) : 0;
+		int ready = c ? merge(c, fd, poll_bits(reg->events), (int)k.events) : 0;
 		n += emit(ep, reg, ready & poll_bits(reg->events | EPOLLERR | EPOLLHUP), &evs[n]);
 	}
 	return n;
@@ -764,10 +904,27 @@ static int kernel_pass(struct uls_epoll *ep, int epfd, struct epoll_event *evs, 
 
 #define KERNEL_LOOK_NS 50000u
 
-static int has_ring(struct uls_epoll *ep)
+/*
+ * A wait that reported n < max events and skipped members reported in this cycle starts
+ * the next cycle and goes on with those, as the kernel's ready list hands out the members
+ * it moved to its back: a level-triggered set with more members ready than max gives max
+ * events per call.
+ */
+static int refill(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int n, int max,
+		  const sigset_t *mask)
 {
-	return ep->nwatch > 0 || ep->norph > 0;
+	while (n < max && ep->stale) {
+		ep->cycle++;
+		ep->stale = 0;
+		n += user_pass(ep, epfd, evs + n, max - n, 0);
+		if (n < max) {
+			int k = kernel_pass(ep, epfd, evs + n, max - n, 0, mask);
+			n += k > 0 ? k : 0;
+		}
+	}
+	return n;
 }
+
 
 int uls_epoll_wait(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int max,
 		   int64_t timeout_ns, const sigset_t *mask)
@@ -775,35 +932,48 @@ int uls_epoll_wait(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int 
 	uint64_t start = uls_now_ns(), deadline = start + (uint64_t)(timeout_ns > 0 ? timeout_ns : 0);
 	unsigned spins = 0;
 	struct uls_spin spin;
-	int n;
+	int n, was_current = uls_bell_current;
 
 	if (max <= 0)
 		return -EINVAL;
 	uls_spin_start(&spin);
 	pthread_mutex_lock(&ep->mu);
+	/* Drains in this wait do not ring the set's own bell. */
+	uls_bell_current = ep->bell;
 	if (!has_ring(ep)) {
 		ep->round++;
 		n = kernel_pass(ep, epfd, evs, max, timeout_ns, mask);
 		pthread_mutex_unlock(&ep->mu);
+		uls_bell_current = was_current;
 		return n;
 	}
 	for (;;) {
 		int64_t left = remaining(deadline, timeout_ns);
 		ep->round++;
+		ep->stale = 0;
 		n = user_pass(ep, epfd, evs, max, 0);
 		/* While rings keep it busy, a wait asks the kernel (plain descriptors, wake-up
 		 * bytes, a peer's FIN) at most every KERNEL_LOOK_NS: one system call saved per
 		 * event-loop turn. */
 		if (n > 0 && uls_now_ns() - ep->kernel_seen < KERNEL_LOOK_NS)
 			break;
-		if (n > 0 || left == 0 || (++spins & 63) == 0) {
+		if (n > 0 || ep->stale || left == 0 || (++spins & 63) == 0) {
+			if (n == max)
+				break;
 			int k = kernel_pass(ep, epfd, evs + n, max - n, 0, mask);
 			if (k < 0 && n == 0) {
 				n = k;
 				break;
 			}
 			n += k > 0 ? k : 0;
-			if (n > 0 || left == 0)
+			if (n > 0)
+				break;
+			/* Only members reported in this cycle are ready: the next cycle starts. */
+			if (ep->stale) {
+				ep->cycle++;
+				continue;
+			}
+			if (left == 0)
 				break;
 			continue;
 		}
@@ -813,14 +983,30 @@ int uls_epoll_wait(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int 
 		pthread_mutex_lock(&ep->mu);
 		if (more)
 			continue;
+		bell_begin(ep, epfd);
+		uls_bell_current = ep->bell;
+		ep->stale = 0;
 		n = user_pass(ep, epfd, evs, max, 1);
 		if (n > 0)
 			break;
+		if (ep->stale) {
+			ep->cycle++;
+			continue;
+		}
+		if (ep->bounded && (left < 0 || left > BOUNDED_SLEEP_NS))
+			left = BOUNDED_SLEEP_NS;
 		n = kernel_pass(ep, epfd, evs, max, left, mask);
+		if (n == 0 && ep->stale) {
+			ep->cycle++;
+			continue;
+		}
 		if (n != 0 || remaining(deadline, timeout_ns) == 0)
 			break;
 	}
+	if (n > 0)
+		n = refill(ep, epfd, evs, n, max, mask);
 	pthread_mutex_unlock(&ep->mu);
+	uls_bell_current = was_current;
 	return n;
 }
 

@@ -28,5 +28,7 @@ int uls_epoll_wait(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int 
 void uls_epoll_forget_fd(int fd);
 /* Before fork or exec: the kernel epoll sets become visible to another process image. */
 void uls_epoll_unshare(void);
+/* In a fork child. */
+void uls_epoll_atfork_child(void);
 
 #endif

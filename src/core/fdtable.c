@@ -110,6 +110,7 @@ void uls_fd_clear(int fd)
 	e->nonblock = 0;
 	e->sndbuf = e->rcvbuf = 0;
 	e->rcvtimeo_ns = e->sndtimeo_ns = 0;
+	e->rcvlowat = 0;
 }
 
 void uls_fd_dup(int oldfd, int newfd)
@@ -132,6 +133,7 @@ void uls_fd_dup(int oldfd, int newfd)
 	n->rcvbuf = o->rcvbuf;
 	n->rcvtimeo_ns = o->rcvtimeo_ns;
 	n->sndtimeo_ns = o->sndtimeo_ns;
+	n->rcvlowat = o->rcvlowat;
 	n->conn = o->conn;
 	n->ep = o->ep;
 	atomic_store(&n->kind, kind);

@@ -27,6 +27,7 @@ struct uls_fd {
 	uint8_t nonblock; /* ULS_FD_TCP: O_NONBLOCK before connect */
 	uint32_t sndbuf, rcvbuf; /* ULS_FD_TCP: SO_SNDBUF/SO_RCVBUF before connect */
 	uint64_t rcvtimeo_ns, sndtimeo_ns;
+	int rcvlowat; /* ULS_FD_TCP (listeners too): SO_RCVLOWAT as the kernel took it, 0: never set */
 	struct uls_conn *conn;
 	struct uls_epoll *ep;
 };

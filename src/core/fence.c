@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "fence.h"
+#include "../preload/libc.h"
 
 #include <linux/membarrier.h>
 #include <sys/syscall.h>
@@ -9,7 +10,7 @@ _Atomic int uls_fence_registered;
 
 static long membarrier(int cmd)
 {
-	return syscall(SYS_membarrier, cmd, 0, 0);
+	return uls_syscall(SYS_membarrier, cmd, 0, 0);
 }
 
 void uls_fence_init(void)

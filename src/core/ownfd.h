@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The library's own descriptors: the log file, the `ulsock stat` record, the sock_diag
- * socket and the spare segment. They sit at ULS_OWN_FD_MIN and above, close-on-exec, and
+ * socket, the wake-up bells of threads and epoll sets (bell.h), and the spare segment. They sit at ULS_OWN_FD_MIN and above, close-on-exec, and
  * the program cannot take them from under the library. Programs close numbers they never
  * opened (a daemon's loop over every descriptor, closefrom(), close_range()); if such a
  * number went back to the kernel and came back as one of the program's files, the library
@@ -40,5 +40,11 @@ void uls_own_fd_evict(int fd);
 
 /* The own descriptors within [first, last], ascending; returns how many (at most max). */
 int uls_own_fds_in(unsigned first, unsigned last, int *out, int max);
+
+/* How many own descriptors there are (closefrom sizes its list with it). */
+int uls_own_fd_count(void);
+
+/* In a fork child, before anything else: the registry's lock may have been held. */
+void uls_own_fd_atfork_child(void);
 
 #endif

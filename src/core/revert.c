@@ -153,7 +153,7 @@ static int tx_revert(struct uls_conn *c, int fd, uint64_t ring_end)
 		size_t n = tail - pos < sizeof(buf) ? (size_t)(tail - pos) : sizeof(buf);
 		struct iovec iov = {.iov_base = buf, .iov_len = n};
 		uls_ring_copy_out(c->tx, pos, &iov, 1, 0, n);
-		int r = send_all_tcp(fd, buf, n);
+		int r = send_all_tcp(uls_conn_fd(c, fd), buf, n);
 		if (r < 0) {
 			uls_conn_broken(c, fd, "resending ring bytes on TCP failed");
 			return r;
@@ -214,13 +214,40 @@ int uls_revert_rx_back(struct uls_conn *c, int fd)
 		uls_conn_broken(c, fd, "TCP position out of range in a revert");
 		return -ECONNRESET;
 	}
-	int r = discard_tcp(fd, pos - have, &got);
+	int r = discard_tcp(uls_conn_fd(c, fd), pos - have, &got);
 	atomic_fetch_add(&c->me->tokens_seen, got);
 	if (r < 0)
 		return r;
 	atomic_store(&c->me->rx_back, 1);
 	maybe_all_kernel(c, fd);
 	return 1;
+}
+
+/*
+ * Urgent data has no place on the ring: its mark, SIOCATMARK, POLLPRI and SIGURG are the
+ * kernel's. So this side's sending direction goes back to TCP for good (the first half
+ * of a revert, which needs nothing of the peer: it reads the ring up to the end recorded
+ * here and TCP from then on), and the kernel sends the urgent byte in order behind the
+ * bytes already on the ring. The other direction stays on the ring.
+ */
+int uls_conn_tx_to_kernel(struct uls_conn *c, int fd)
+{
+	int r = 0;
+
+	if (!c->seg.hdr || atomic_load(&c->path) == ULS_PATH_KERNEL)
+		return 0;
+	if (!uls_conn_hold(c))
+		return -EBADF;
+	uls_conn_lock(c, TXL);
+	if (!atomic_load(&c->me->tx_reverted)) {
+		r = tx_revert(c, fd, atomic_load(&c->tx->sh->prod.tail));
+		if (r == 0)
+			uls_info("fd=%d: urgent data: its sending direction moved back to kernel TCP",
+				 fd);
+	}
+	uls_conn_unlock(c, TXL);
+	uls_conn_unhold(c);
+	return r;
 }
 
 int uls_conn_revert(struct uls_conn *c, int fd, int timeout_ms)

@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
+#include "bell.h"
 #include "conn.h"
 #include "../transport/shm/guard.h"
 #include "cpu.h"
@@ -133,14 +134,17 @@ static int ms_until(uint64_t deadline, int max_ms)
 
 static int lead(struct uls_conn *c, int fd, uint64_t deadline, int drain, int max_ms)
 {
-	struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+	/* The thread's bell (bell.h) joins the sleep when another thread may be rung for. */
+	int bell = uls_bell_current;
+	struct pollfd p[2] = {{.fd = uls_conn_fd(c, fd), .events = POLLIN | POLLRDHUP},
+			      {.fd = uls_bell_fd(bell), .events = POLLIN}};
 	int ms = ms_until(deadline, max_ms), r;
 
 	if (deadline && ms == 0)
 		return -EAGAIN;
 	if (atomic_load(&c->closed))
 		return -EBADF;
-	if (drain && !deadline && max_ms < 0) {
+	if (drain && !deadline && max_ms < 0 && bell < 0) {
 		/* One system call instead of poll and recv, where a plain recv is safe. */
 		r = uls_conn_sleep_recv(c, fd);
 		if (r != 0)
@@ -149,12 +153,18 @@ static int lead(struct uls_conn *c, int fd, uint64_t deadline, int drain, int ma
 	if (ms != 0)
 		uls_seg_reap();
 	uls_signal_clear();
-	r = uls_libc.poll(&p, 1, ms);
-	if (r > 0 && (p.revents & POLLNVAL))
-		return -EBADF;
+	r = uls_libc.poll(p, bell >= 0 ? 2 : 1, ms);
+	if (r > 0 && bell >= 0 && p[1].revents) {
+		uls_bell_clear(bell);
+		r -= !p[0].revents;
+	}
+	/* The number was closed by another thread: the socket lives on for this call on the
+	 * descriptor the close kept (conn.c); the next look uses it. */
+	if (r > 0 && (p[0].revents & POLLNVAL))
+		return atomic_load(&c->kept) ? 0 : -EBADF;
 	if (r < 0)
 		return errno == EINTR && (deadline || uls_signals_interrupt()) ? -EINTR : 0;
-	if (r > 0 && drain)
+	if (r > 0 && drain && p[0].revents)
 		uls_conn_drain(c, fd);
 	if (r == 0 && deadline && uls_now_ns() >= deadline)
 		return -EAGAIN;

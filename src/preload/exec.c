@@ -145,7 +145,10 @@ static int do_exec(const char *file, char *const argv[], char *const envp[], int
 		real_execvpe = (execvpe_fn)dlsym(RTLD_NEXT, "execvpe");
 	}
 	env = fixed_env(envp, &entry, 0);
-	uls_epoll_unshare();
+	if (uls_vfork_child())
+		uls_vfork_exec_prepare(); /* only what the child keeps: the parent goes on */
+	else
+		uls_epoll_unshare();
 	uls_guard_exec_begin();
 	r = search ? real_execvpe(file, argv, env) : real_execve(file, argv, env);
 	err = errno;
@@ -205,6 +208,9 @@ static int do_spawn(int search, pid_t *pid, const char *file,
 	uls_guard_exec_begin();
 	r = (search ? real_spawnp : real_spawn)(pid, file, fa, attr, argv, env);
 	uls_guard_exec_failed();
+	/* The child holds what it inherited: the last close is no longer this process's. */
+	if (r == 0)
+		uls_conn_mark_shared_all();
 	if (env != envp) {
 		free(entry);
 		free(env);

@@ -6,7 +6,9 @@
 
 #include "preload.h"
 #include "../core/config.h"
+#include "../core/bell.h"
 #include "../core/conn.h"
+#include "../core/ownfd.h"
 #include "../core/event.h"
 #include "../core/fdtable.h"
 #include "../core/fence.h"
@@ -18,14 +20,17 @@
 int uls_ready;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
-static void atfork_child(void)
+void uls_atfork_child(void)
 {
+	uls_own_fd_atfork_child();
+	uls_bell_atfork_child();
+	uls_epoll_atfork_child();
 	uls_config_atfork_child();
 	uls_fence_init();
 	uls_conn_atfork_child();
 }
 
-static void atfork_prepare(void)
+void uls_atfork_prepare(void)
 {
 	uls_conn_mark_shared_all();
 	uls_epoll_unshare();
@@ -39,7 +44,8 @@ static void do_init(void)
 	if (uls_fdtable_init() < 0)
 		uls_cfg.disabled = 1;
 	uls_fence_init();
-	pthread_atfork(atfork_prepare, NULL, atfork_child);
+	pthread_atfork(uls_atfork_prepare, NULL, uls_atfork_child);
+	uls_clone_init();
 	if (!uls_cfg.disabled) {
 		uls_seg_sweep();
 		/* A segment file shrunk under this process must break one connection, not

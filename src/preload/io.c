@@ -55,7 +55,30 @@ static ssize_t conn_send_buf(struct uls_conn *c, int fd, const void *buf, size_t
 	return uls_ret(uls_conn_send(c, fd, &iov, 1, flags));
 }
 
-#define UNSUPPORTED_FLAGS (MSG_OOB | MSG_ERRQUEUE)
+/* Receives the kernel serves itself: urgent data and the error queue never use the ring. */
+#define KERNEL_RECV_FLAGS (MSG_OOB | MSG_ERRQUEUE)
+
+/*
+ * Urgent data goes on kernel TCP, behind everything this side put on the ring: its
+ * sending direction moves back to TCP first (core/revert.c), for good.
+ */
+static ssize_t send_urgent(struct uls_conn *c, int fd, const struct msghdr *m, int flags)
+{
+	int r = uls_conn_tx_to_kernel(c, fd);
+
+	if (r < 0)
+		return uls_ret(r);
+	return uls_libc.sendmsg(fd, m, flags);
+}
+
+static ssize_t send_urgent_buf(struct uls_conn *c, int fd, const void *buf, size_t len,
+			       int flags)
+{
+	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+
+	return send_urgent(c, fd, &m, flags);
+}
 
 ULS_EXPORT ssize_t read(int fd, void *buf, size_t len)
 {
@@ -96,7 +119,7 @@ ULS_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
 {
 	struct uls_conn *c = accel(fd);
 
-	if (!c || (flags & UNSUPPORTED_FLAGS))
+	if (!c || (flags & KERNEL_RECV_FLAGS))
 		return uls_libc.recv(fd, buf, len, flags);
 	return conn_recv_buf(c, fd, buf, len, flags);
 }
@@ -107,8 +130,8 @@ ULS_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
 
 	if (!c)
 		return uls_libc.send(fd, buf, len, flags);
-	if (flags & UNSUPPORTED_FLAGS)
-		return uls_ret(-EOPNOTSUPP);
+	if (flags & MSG_OOB)
+		return send_urgent_buf(c, fd, buf, len, flags);
 	return conn_send_buf(c, fd, buf, len, flags);
 }
 
@@ -117,7 +140,7 @@ ULS_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct soc
 {
 	struct uls_conn *c = accel(fd);
 
-	if (!c || (flags & UNSUPPORTED_FLAGS))
+	if (!c || (flags & KERNEL_RECV_FLAGS))
 		return uls_libc.recvfrom(fd, buf, len, flags, addr, alen);
 	/* A connected stream socket reports no source address, as TCP does. */
 	if (addr && alen)
@@ -132,8 +155,8 @@ ULS_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
 
 	if (!c)
 		return uls_libc.sendto(fd, buf, len, flags, addr, alen);
-	if (flags & UNSUPPORTED_FLAGS)
-		return uls_ret(-EOPNOTSUPP);
+	if (flags & MSG_OOB)
+		return send_urgent_buf(c, fd, buf, len, flags);
 	return conn_send_buf(c, fd, buf, len, flags);
 }
 
@@ -307,7 +330,7 @@ ULS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
 	struct uls_conn *c = accel(fd);
 
-	if (!c || (flags & UNSUPPORTED_FLAGS)) {
+	if (!c || (flags & KERNEL_RECV_FLAGS)) {
 		ssize_t r = uls_libc.recvmsg(fd, msg, flags);
 		if (r >= 0 && msg && msg->msg_controllen)
 			note_received_fds(msg);
@@ -326,8 +349,8 @@ ULS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 		note_passed_fds(fd, msg);
 	if (!c || msg->msg_controllen)
 		return uls_libc.sendmsg(fd, msg, flags);
-	if (flags & UNSUPPORTED_FLAGS)
-		return uls_ret(-EOPNOTSUPP);
+	if (flags & MSG_OOB)
+		return send_urgent(c, fd, msg, flags);
 	return uls_ret(uls_conn_send(c, fd, msg->msg_iov, (int)msg->msg_iovlen, flags));
 }
 

@@ -26,3 +26,10 @@ void uls_libc_init(void)
 {
 	pthread_once(&libc_once, resolve);
 }
+
+/* The real syscall() for a caller that may run before the rest of the library started. */
+uls_syscall_fn uls_libc_syscall(void)
+{
+	uls_libc_init();
+	return uls_libc.syscall;
+}

@@ -26,6 +26,25 @@ int __ppoll_chk(struct pollfd *fds, unsigned long n, const struct timespec *ts,
 
 /* Resolves libc and loads the configuration; cheap after the first call. */
 void uls_preload_init(void);
+/* What fork's handlers do, for the forks they do not see (clone.c). */
+void uls_atfork_prepare(void);
+void uls_atfork_child(void);
+
+/*
+ * A child of vfork, or of clone with CLONE_VM, runs in the parent's memory until it
+ * execs (clone.c): an interposed call that finds itself in one does what the kernel does
+ * and nothing to ulsock's tables, which are the parent's. One branch when no vfork ran
+ * in this thread; one getpid the first time after one.
+ */
+extern __thread int uls_vfork_armed __attribute__((tls_model("initial-exec")));
+int uls_vfork_child_slow(void);
+static inline int uls_vfork_child(void)
+{
+	return __builtin_expect(uls_vfork_armed, 0) && uls_vfork_child_slow();
+}
+void uls_clone_init(void);
+/* At the exec of a vfork child: the sockets it keeps are shared with the parent. */
+void uls_vfork_exec_prepare(void);
 extern int uls_ready;
 
 static inline void uls_ensure_init(void)

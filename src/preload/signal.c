@@ -35,6 +35,9 @@ static sigaction_fn real_sigaction(void)
 
 ULS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
+	/* A vfork child's handlers are its own; the tables here are the parent's. */
+	if (uls_vfork_child())
+		return real_sigaction()(sig, act, old);
 	return uls_signal_install(sig, act, old, real_sigaction());
 }
 
@@ -60,7 +63,8 @@ static sighandler_t install(int sig, sighandler_t handler, int flags, int mask_s
 	if (mask_self)
 		sigaddset(&act.sa_mask, sig);
 	act.sa_flags = flags;
-	if (uls_signal_install(sig, &act, &old, real_sigaction()) < 0)
+	if (uls_vfork_child() ? real_sigaction()(sig, &act, &old) < 0
+			      : uls_signal_install(sig, &act, &old, real_sigaction()) < 0)
 		return SIG_ERR;
 	return old.sa_handler;
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Interposed set-up, teardown, option and descriptor calls. */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/pidfd.h>
 #include <sys/syscall.h>
 #include <linux/sockios.h>
 #include <unistd.h>
@@ -93,6 +95,8 @@ ULS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 		atomic_store(&c->nonblock, e->nonblock);
 		c->rcvtimeo_ns = e->rcvtimeo_ns;
 		c->sndtimeo_ns = e->sndtimeo_ns;
+		if (e->rcvlowat > 1)
+			uls_conn_adopt_rcvlowat(c, fd, e->rcvlowat);
 		e->conn = c;
 		atomic_store(&e->kind, ULS_FD_CONN);
 	}
@@ -108,11 +112,14 @@ static int do_accept(int lfd, struct sockaddr *addr, socklen_t *len, int flags, 
 {
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
-	struct uls_fd *e;
+	struct uls_fd *e, *le;
 	struct uls_conn *c;
-	int fd;
+	int fd, lowat;
 
 	uls_ensure_init();
+	/* An accepted socket inherits the listener's options, its SO_RCVLOWAT among them. */
+	le = uls_fd_get(lfd);
+	lowat = le ? le->rcvlowat : 0;
 	fd = four ? uls_libc.accept4(lfd, (struct sockaddr *)&ss, &sl, flags)
 		  : uls_libc.accept(lfd, (struct sockaddr *)&ss, &sl);
 	if (fd < 0 && errno == EMFILE && uls_seg_spare_yield()) {
@@ -142,6 +149,8 @@ static int do_accept(int lfd, struct sockaddr *addr, socklen_t *len, int flags, 
 		return fd;
 	}
 	atomic_store(&c->nonblock, (flags & SOCK_NONBLOCK) != 0);
+	if (lowat > 1)
+		uls_conn_adopt_rcvlowat(c, fd, lowat);
 	e->conn = c;
 	atomic_store(&e->kind, ULS_FD_CONN);
 	return fd;
@@ -173,6 +182,8 @@ ULS_EXPORT int close(int fd)
 	struct uls_fd *e = uls_fd_get(fd);
 	struct uls_conn *c;
 
+	if (uls_vfork_child())
+		return uls_libc.close(fd); /* the parent's tables are not the child's (clone.c) */
 	if (uls_own_fd_is(fd))
 		return 0; /* the library's own: out of the program's reach (core/ownfd.h) */
 
@@ -222,6 +233,9 @@ ULS_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len
 	    *len >= sizeof(int) && (c = waking_conn(fd)) != NULL &&
 	    atomic_load(&c->nodelay_forced))
 		*(int *)val = atomic_load(&c->app_nodelay);
+	if (r == 0 && level == SOL_SOCKET && name == SO_RCVLOWAT && val && len &&
+	    *len >= sizeof(int) && (c = waking_conn(fd)) != NULL && atomic_load(&c->rcvlowat))
+		*(int *)val = atomic_load(&c->rcvlowat);
 	return r;
 }
 
@@ -237,6 +251,9 @@ ULS_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_
 		/* Once wake-ups flow the socket keeps TCP_NODELAY: the choice is remembered. */
 		return uls_conn_set_app_nodelay(c, fd, *(const int *)val);
 	}
+	if (level == SOL_SOCKET && name == SO_RCVLOWAT && val && len >= sizeof(int) &&
+	    (c = waking_conn(fd)) != NULL)
+		return uls_conn_set_rcvlowat(c, fd, *(const int *)val);
 	r = uls_libc.setsockopt(fd, level, name, val, len);
 
 	if (r < 0 || level != SOL_SOCKET)
@@ -248,7 +265,12 @@ ULS_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_
 	if (kind != ULS_FD_TCP && kind != ULS_FD_CONN)
 		return r;
 	/* Kernel options stay the kernel's; ulsock also sizes rings and timeouts from them. */
-	if ((name == SO_SNDBUF || name == SO_RCVBUF) && val && len >= sizeof(int)) {
+	if (name == SO_RCVLOWAT && kind == ULS_FD_TCP) {
+		int eff = 1;
+		socklen_t el = sizeof(eff);
+		if (uls_libc.getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &eff, &el) == 0)
+			e->rcvlowat = eff;
+	} else if ((name == SO_SNDBUF || name == SO_RCVBUF) && val && len >= sizeof(int)) {
 		int v = *(const int *)val;
 		if (name == SO_SNDBUF)
 			e->sndbuf = v > 0 ? (uint32_t)v : 0;
@@ -303,7 +325,7 @@ ULS_EXPORT int fcntl(int fd, int cmd, ...)
 	arg = va_arg(ap, long);
 	va_end(ap);
 	r = uls_libc.fcntl(fd, cmd, arg);
-	if (r < 0)
+	if (r < 0 || uls_vfork_child())
 		return r;
 	if (cmd == F_SETFL)
 		set_nonblock(fd, (arg & O_NONBLOCK) != 0);
@@ -348,7 +370,34 @@ ULS_EXPORT int ioctl(int fd, unsigned long req, ...)
 ULS_EXPORT int dup(int fd)
 {
 	uls_ensure_init();
+	if (uls_vfork_child())
+		return uls_libc.dup(fd);
 	return dup_result(fd, uls_libc.dup(fd));
+}
+
+/*
+ * pidfd_getfd: a copy of another process's descriptor. An accelerated socket is found
+ * again through its segment (as after SCM_RIGHTS), now, so that this process joins the
+ * connection's side (uls_conn_join_side) before the giver can close its copy: the giver
+ * then knows the socket is held elsewhere. A taker without ulsock reads the socket past
+ * it (README, limitations).
+ */
+typedef int (*pidfd_getfd_fn)(int, int, unsigned int);
+
+ULS_EXPORT int pidfd_getfd(int pidfd, int targetfd, unsigned int flags)
+{
+	static pidfd_getfd_fn real;
+
+	uls_ensure_init();
+	if (!real)
+		real = (pidfd_getfd_fn)dlsym(RTLD_NEXT, "pidfd_getfd");
+	int fd = real ? real(pidfd, targetfd, flags)
+		      : (int)uls_syscall(SYS_pidfd_getfd, pidfd, targetfd, flags);
+	if (fd >= 0 && !uls_vfork_child()) {
+		uls_fd_clear(fd);
+		uls_fd_classify(fd);
+	}
+	return fd;
 }
 
 /* dup2 and dup3 close newfd first, inside the kernel: drop what ulsock held for it. */
@@ -370,6 +419,8 @@ static void before_replace(int oldfd, int newfd)
 ULS_EXPORT int dup2(int oldfd, int newfd)
 {
 	uls_ensure_init();
+	if (uls_vfork_child())
+		return uls_libc.dup2(oldfd, newfd);
 	if (fcntl(oldfd, F_GETFD) < 0)
 		return -1;
 	if (oldfd != newfd)
@@ -382,6 +433,8 @@ ULS_EXPORT int dup2(int oldfd, int newfd)
 ULS_EXPORT int dup3(int oldfd, int newfd, int flags)
 {
 	uls_ensure_init();
+	if (uls_vfork_child())
+		return uls_libc.dup3(oldfd, newfd, flags);
 	if (oldfd != newfd && fcntl(oldfd, F_GETFD) >= 0) {
 		uls_own_fd_evict(newfd);
 		before_replace(oldfd, newfd);
@@ -394,16 +447,18 @@ ULS_EXPORT int dup3(int oldfd, int newfd, int flags)
 /* The kernel's close_range over [lo, hi], skipping the library's own descriptors. */
 static void close_gaps(unsigned lo, unsigned hi)
 {
-	int own[8];
-	int k = uls_own_fds_in(lo, hi, own, 8);
+	int own[64], k;
 
-	for (int i = 0; i < k; i++) {
-		if ((unsigned)own[i] > lo)
-			syscall(SYS_close_range, lo, (unsigned)own[i] - 1, 0);
-		lo = (unsigned)own[i] + 1; /* a descriptor is an int: no wrap */
-	}
+	do {
+		k = uls_own_fds_in(lo, hi, own, 64);
+		for (int i = 0; i < k; i++) {
+			if ((unsigned)own[i] > lo)
+				uls_syscall(SYS_close_range, lo, (unsigned)own[i] - 1, 0);
+			lo = (unsigned)own[i] + 1; /* a descriptor is an int: no wrap */
+		}
+	} while (k == 64);
 	if (lo <= hi)
-		syscall(SYS_close_range, lo, hi, 0);
+		uls_syscall(SYS_close_range, lo, hi, 0);
 }
 
 /*
@@ -419,7 +474,7 @@ static void close_through(unsigned first, unsigned last)
 	int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	long n = -1;
 
-	while (dir >= 0 && (n = syscall(SYS_getdents64, dir, buf, sizeof(buf))) > 0) {
+	while (dir >= 0 && (n = uls_syscall(SYS_getdents64, dir, buf, sizeof(buf))) > 0) {
 		for (long off = 0; off < n;) {
 			struct dirent64 *de = (struct dirent64 *)(buf + off);
 			char *end;
@@ -449,9 +504,9 @@ ULS_EXPORT int close_range(unsigned first, unsigned last, int flags)
 {
 	uls_ensure_init();
 	/* Marking close-on-exec closes nothing; bad arguments get the kernel's answer. */
-	if ((flags & CLOSE_RANGE_CLOEXEC) || first > last ||
+	if ((flags & CLOSE_RANGE_CLOEXEC) || first > last || uls_vfork_child() ||
 	    (flags & ~(CLOSE_RANGE_CLOEXEC | CLOSE_RANGE_UNSHARE)))
-		return (int)syscall(SYS_close_range, first, last, flags);
+		return (int)uls_syscall(SYS_close_range, first, last, flags);
 	if ((flags & CLOSE_RANGE_UNSHARE) && unshare(CLONE_FILES) < 0)
 		return -1;
 	close_through(first, last);
@@ -461,5 +516,9 @@ ULS_EXPORT int close_range(unsigned first, unsigned last, int flags)
 ULS_EXPORT void closefrom(int lowfd)
 {
 	uls_ensure_init();
+	if (uls_vfork_child()) {
+		uls_syscall(SYS_close_range, lowfd < 0 ? 0u : (unsigned)lowfd, ~0u, 0);
+		return;
+	}
 	close_through(lowfd < 0 ? 0 : (unsigned)lowfd, UINT_MAX);
 }

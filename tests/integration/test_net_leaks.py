@@ -17,15 +17,32 @@ RSS_TOLERANCE_KIB = 4096
 MAPS_TOLERANCE = 8
 # The library keeps its own descriptors at 900 and up, one of each at most: the log file
 # (src/core/log.c), the `ulsock stat` record (src/core/stat.c), the sock_diag socket
-# (src/core/handshake.c) and the spare segment (src/transport/shm/segment.h).
+# (src/core/handshake.c) and the spare segment (src/transport/shm/segment.h). Besides them,
+# one wake-up bell (an eventfd, src/core/bell.h) per thread that slept on an accelerated
+# socket while another thread ran: bells are reused, so their number follows the threads
+# alive at once, never the connections made.
 LIB_FD_MIN = 900
 LIB_FDS_MAX = 4
+BELLS_MAX = 16
 
 
 def fd_counts(pid):
-    """(the program's descriptors, the library's) of PID."""
-    fds = [int(fd) for fd in os.listdir(f"/proc/{pid}/fd")]
-    return sum(fd < LIB_FD_MIN for fd in fds), sum(fd >= LIB_FD_MIN for fd in fds)
+    """(the program's descriptors, the library's, the library's bells) of PID."""
+    prog = lib = bells = 0
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        fd = int(name)
+        if fd < LIB_FD_MIN:
+            prog += 1
+            continue
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue
+        if target == "anon_inode:[eventfd]":
+            bells += 1
+        else:
+            lib += 1
+    return prog, lib, bells
 
 
 def settled_fds(pid, timeout=5.0):
@@ -44,8 +61,9 @@ def settled_fds(pid, timeout=5.0):
 def snapshot(procs):
     snap = {"shm": len(shm_entries("")), "shm_ulsock": shm_entries()}
     for p in procs:
-        fds, lib_fds = settled_fds(p.pid)
-        snap[p.name] = {"fds": fds, "lib_fds": lib_fds, "maps": proc_map_count(p.pid),
+        fds, lib_fds, bells = settled_fds(p.pid)
+        snap[p.name] = {"fds": fds, "lib_fds": lib_fds, "bells": bells,
+                        "maps": proc_map_count(p.pid),
                         "rss": proc_rss_kib(p.pid)}
     return snap
 
@@ -78,6 +96,7 @@ def test_open_close_cycles_do_not_leak(uls, loop):
         b, a = before[p.name], after[p.name]
         assert a["fds"] <= b["fds"], f"{p.name} fds grew {b['fds']} -> {a['fds']}"
         assert a["lib_fds"] <= LIB_FDS_MAX, f"{p.name} holds {a['lib_fds']} fds >= {LIB_FD_MIN}"
+        assert a["bells"] <= BELLS_MAX, f"{p.name} holds {a['bells']} bells"
         assert a["maps"] <= b["maps"] + MAPS_TOLERANCE, \
             f"{p.name} mappings grew {b['maps']} -> {a['maps']}"
         assert a["rss"] <= b["rss"] + RSS_TOLERANCE_KIB, \

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "segment.h"
+#include "../../preload/libc.h"
 
 _Atomic unsigned uls_guard_cuts;
 
@@ -131,12 +132,12 @@ static int find_mapping(uintptr_t addr, uintptr_t *lo, uintptr_t *hi)
 	char buf[4096];
 	size_t have = 0;
 	int found = 0, skipping = 0;
-	long fd = syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
+	long fd = uls_syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
 		return 0;
 	for (;;) {
-		long n = syscall(SYS_read, (int)fd, buf + have, sizeof(buf) - have);
+		long n = uls_syscall(SYS_read, (int)fd, buf + have, sizeof(buf) - have);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
@@ -165,7 +166,7 @@ static int find_mapping(uintptr_t addr, uintptr_t *lo, uintptr_t *hi)
 		}
 	}
 done:
-	syscall(SYS_close, (int)fd);
+	uls_syscall(SYS_close, (int)fd);
 	return found;
 }
 

@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: MIT */
+#include "bell.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/eventfd.h>
+
+#include "ownfd.h"
+#include "../preload/libc.h"
+
+/*
+ * Bells live in one table and keep their descriptor for the life of the process: a
+ * thread that exits hands its bell to the next one, so a registration that outlived its
+ * wait (a thread cancelled in poll) can only ring a bell, never a number reused for a
+ * file of the program's.
+ */
+#define MAX_BELLS 4096
+#define SEQ_MASK ((1ull << 48) - 1)
+
+struct bell {
+	int fd;                 /* own descriptor (ownfd.h), valid while made */
+	int made;
+	int in_use;             /* a thread or an epoll set has it (under mu) */
+	_Atomic uint64_t waits; /* waits begun: registrations hold the count of theirs */
+	_Atomic int pending;    /* rung since the last clear */
+};
+
+static struct bell bells[MAX_BELLS];
+static int nbells;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t thread_key;
+static __thread int mine __attribute__((tls_model("initial-exec"))) = -1;
+__thread int uls_bell_current __attribute__((tls_model("initial-exec"))) = -1;
+
+/* A free bell with its eventfd, or -1. */
+static int bell_take(void)
+{
+	int i, got = -1;
+
+	pthread_mutex_lock(&mu);
+	for (i = 0; i < nbells && got < 0; i++)
+		if (!bells[i].in_use && bells[i].made)
+			got = i;
+	if (got < 0 && nbells < MAX_BELLS) {
+		int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (fd >= 0) {
+			got = nbells++;
+			uls_own_fd_take(fd, &bells[got].fd);
+			bells[got].made = 1;
+		}
+	}
+	if (got >= 0)
+		bells[got].in_use = 1;
+	pthread_mutex_unlock(&mu);
+	return got;
+}
+
+void uls_bell_put(int bell)
+{
+	if (bell < 0 || bell >= MAX_BELLS)
+		return;
+	pthread_mutex_lock(&mu);
+	bells[bell].in_use = 0;
+	pthread_mutex_unlock(&mu);
+}
+
+static void thread_gone(void *v)
+{
+	uls_bell_put((int)(intptr_t)v - 1);
+}
+
+static _Atomic int key_made;
+
+static void make_key(void)
+{
+	atomic_store(&key_made, pthread_key_create(&thread_key, thread_gone) == 0);
+}
+
+int uls_bell_thread(void)
+{
+	if (mine >= 0)
+		return mine;
+	pthread_once(&key_once, make_key);
+	mine = bell_take();
+	if (mine >= 0)
+		pthread_setspecific(thread_key, (void *)(intptr_t)(mine + 1));
+	return mine;
+}
+
+int uls_bell_get(void)
+{
+	return bell_take();
+}
+
+int uls_bell_fd(int bell)
+{
+	return bell >= 0 && bell < MAX_BELLS && bells[bell].made ? bells[bell].fd : -1;
+}
+
+void uls_bell_clear(int bell)
+{
+	uint64_t v;
+
+	atomic_store(&bells[bell].pending, 0);
+	ssize_t r = uls_libc.read(bells[bell].fd, &v, sizeof(v));
+	(void)r;
+}
+
+void uls_bell_begin(int bell)
+{
+	/* Rings of earlier waits go first, then their registrations go stale: a ring that
+	 * sees this wait's count comes after the read and stays. */
+	if (atomic_load(&bells[bell].pending))
+		uls_bell_clear(bell);
+	atomic_fetch_add(&bells[bell].waits, 1);
+}
+
+static uint64_t reg_of(int bell)
+{
+	return ((uint64_t)(bell + 1) << 48) | (atomic_load(&bells[bell].waits) & SEQ_MASK);
+}
+
+/* Is registration v of a wait that is over (or of no bell)? */
+static int stale(uint64_t v)
+{
+	uint64_t idx = v >> 48;
+
+	if (idx == 0 || idx > MAX_BELLS)
+		return 1;
+	return (atomic_load(&bells[idx - 1].waits) & SEQ_MASK) != (v & SEQ_MASK);
+}
+
+int uls_bells_add(struct uls_bells *b, int bell)
+{
+	uint64_t want = reg_of(bell);
+
+	for (int i = 0; i < ULS_BELL_SLOTS; i++)
+		if (atomic_load(&b->slot[i]) == want)
+			return 1;
+	for (int i = 0; i < ULS_BELL_SLOTS; i++) {
+		uint64_t v = atomic_load(&b->slot[i]);
+		/* Seq_cst: a consumer that reads the slot after this store rings, and one that
+		 * read it before consumed before this sleeper's look at the ring. */
+		while (stale(v))
+			if (atomic_compare_exchange_weak(&b->slot[i], &v, want))
+				return 1;
+	}
+	return 0;
+}
+
+static void ring(int bell)
+{
+	uint64_t one = 1;
+
+	if (atomic_exchange(&bells[bell].pending, 1))
+		return; /* rung already, not cleared yet */
+	ssize_t r = uls_libc.write(bells[bell].fd, &one, sizeof(one));
+	(void)r;
+}
+
+void uls_bells_ring_others(struct uls_bells *b)
+{
+	for (int i = 0; i < ULS_BELL_SLOTS; i++) {
+		uint64_t v = atomic_load(&b->slot[i]);
+		if (!v || stale(v) || (int)(v >> 48) - 1 == uls_bell_current)
+			continue;
+		ring((int)(v >> 48) - 1);
+	}
+}
+
+void uls_bells_reset(struct uls_bells *b)
+{
+	for (int i = 0; i < ULS_BELL_SLOTS; i++)
+		atomic_store(&b->slot[i], 0);
+}
+
+void uls_bell_atfork_child(void)
+{
+	pthread_mutex_init(&mu, NULL);
+	for (int i = 0; i < nbells; i++) {
+		/* The parent's eventfds: a ring from here would wake the parent's threads. */
+		if (bells[i].made)
+			uls_own_fd_close(&bells[i].fd);
+		bells[i].made = 0;
+		bells[i].in_use = 0;
+		atomic_store(&bells[i].pending, 0);
+	}
+	nbells = 0;
+	mine = -1;
+	uls_bell_current = -1;
+	if (atomic_load(&key_made))
+		pthread_setspecific(thread_key, NULL);
+}
