@@ -163,6 +163,8 @@ int uls_conn_revert(struct uls_conn *c, int fd, int timeout_ms);
  * the kernel then sends). Needs nothing of the peer. Returns 0 or -errno.
  */
 int uls_conn_tx_to_kernel(struct uls_conn *c, int fd);
+/* SIOCATMARK: the kernel's, once the ring bytes before the peer's urgent data are read. */
+int uls_conn_atmark(struct uls_conn *c, int fd, int *out);
 
 /* Readiness for poll and epoll. */
 #define ULS_KERNEL_RX 0x1 /* receive readiness is the kernel's (TCP data before the switch) */

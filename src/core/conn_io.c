@@ -1331,9 +1331,14 @@ int uls_conn_shutdown(struct uls_conn *c, int fd, int how)
 		if (c->role == ULS_CLIENT && !atomic_load(&c->me->switched) && uls_conn_peer_attached(c) &&
 		    !(atomic_load(&c->me->state) & ULS_SIDE_TCP_SHUT))
 			uls_conn_client_switch(c, fd);
-		if (c->role == ULS_CLIENT && !atomic_load(&c->me->switched)) {
-			/* Still on TCP: the server reads the end of the stream there. */
+		int on_tcp = atomic_load(&c->me->tx_reverted);
+		if (!on_tcp && c->role == ULS_CLIENT && !atomic_load(&c->me->switched)) {
+			on_tcp = 1;
 			atomic_fetch_or(&c->me->state, ULS_SIDE_TCP_SHUT);
+		}
+		if (on_tcp) {
+			/* Still (or again: urgent data, a revert) on TCP: the peer reads the end
+			 * of the stream there. */
 			int r = uls_libc.shutdown(uls_conn_fd(c, fd), SHUT_WR);
 			uls_conn_unlock(c, TXL);
 			if (r < 0)

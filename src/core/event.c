@@ -793,7 +793,14 @@ static int watched_ready(struct uls_epoll *ep, int epfd, struct epreg *r, int ar
 		return 0;
 	if (arm)
 		arm_conn(ep, c, poll_bits(r->events));
-	return uls_conn_ready(c, poll_bits(r->events)) & poll_bits(r->events | EPOLLERR | EPOLLHUP);
+	int ready = uls_conn_ready(c, poll_bits(r->events));
+	/* Urgent data is the kernel's alone (conn_io.c): asked only by who wants EPOLLPRI. */
+	if (ready && (r->events & EPOLLPRI)) {
+		struct pollfd p = {.fd = r->fd, .events = POLLPRI};
+		if (uls_libc.poll(&p, 1, 0) > 0)
+			ready |= p.revents & POLLPRI;
+	}
+	return ready & poll_bits(r->events | EPOLLERR | EPOLLHUP);
 }
 
 static int inner_ready(struct uls_epoll *ep, int arm, int depth)

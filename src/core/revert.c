@@ -6,6 +6,7 @@
  * the ring bytes the leaving side had not read again on TCP.
  */
 #include <errno.h>
+#include <sys/ioctl.h>
 #include <poll.h>
 #include <sched.h>
 #include <string.h>
@@ -248,6 +249,29 @@ int uls_conn_tx_to_kernel(struct uls_conn *c, int fd)
 	uls_conn_unlock(c, TXL);
 	uls_conn_unhold(c);
 	return r;
+}
+
+int uls_conn_atmark(struct uls_conn *c, int fd, int *out)
+{
+	int r = 0;
+
+	*out = 0;
+	/* Urgent data travels on TCP only, behind the ring bytes before the peer's revert
+	 * point and the wake-ups it sent before it: the mark is not reached until the ring
+	 * is read up to there (and the wake-ups are skipped, which this does). */
+	if (!atomic_load(&c->me->rx_back)) {
+		if (!atomic_load_explicit(&c->peer->tx_reverted, memory_order_acquire))
+			return 0;
+		if (!uls_conn_hold(c))
+			return -EBADF;
+		uls_conn_lock(c, RXL);
+		r = uls_revert_rx_back(c, fd);
+		uls_conn_unlock(c, RXL);
+		uls_conn_unhold(c);
+		if (r <= 0)
+			return r;
+	}
+	return uls_libc.ioctl(uls_conn_fd(c, fd), SIOCATMARK, out) < 0 ? -errno : 0;
 }
 
 int uls_conn_revert(struct uls_conn *c, int fd, int timeout_ms)

@@ -25,6 +25,7 @@ void uls_atfork_child(void)
 	uls_own_fd_atfork_child();
 	uls_bell_atfork_child();
 	uls_epoll_atfork_child();
+	uls_splice_atfork_child();
 	uls_config_atfork_child();
 	uls_fence_init();
 	uls_conn_atfork_child();

@@ -355,6 +355,8 @@ ULS_EXPORT int ioctl(int fd, unsigned long req, ...)
 	va_start(ap, req);
 	arg = va_arg(ap, void *);
 	va_end(ap);
+	if (req == SIOCATMARK && arg && (c = waking_conn(fd)) != NULL)
+		return (int)uls_ret(uls_conn_atmark(c, fd, arg));
 	if (req == FIONREAD || req == SIOCOUTQ) {
 		c = uls_fd_conn(fd);
 		if (c && uls_conn_kernel_parts(c) != (ULS_KERNEL_RX | ULS_KERNEL_TX) && arg)
