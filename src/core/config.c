@@ -386,7 +386,7 @@ void uls_config_load(void)
 {
 	struct bad_list bad = {0};
 
-	uls_cfg.uid = getuid();
+	uls_cfg.uid = geteuid();
 	uid_known = 1;
 	uls_config_parse(&uls_cfg, collect, &bad);
 	report(&bad);
@@ -398,13 +398,24 @@ pid_t uls_pid_slow(void)
 	return uls_cached_pid;
 }
 
+/*
+ * The user the files and sockets this process makes belong to (the effective uid, as
+ * the kernel's fsuid follows it): segment names, trust, ownership checks. Kept, and
+ * asked again after the program changes it (preload/socket.c, the setuid family).
+ */
 uid_t uls_uid(void)
 {
 	if (!uid_known) {
-		uls_cfg.uid = getuid();
+		uls_cfg.uid = geteuid();
 		uid_known = 1;
 	}
 	return uls_cfg.uid;
+}
+
+void uls_uid_changed(void)
+{
+	uls_cfg.uid = geteuid();
+	uid_known = 1;
 }
 
 void uls_config_atfork_child(void)

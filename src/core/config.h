@@ -23,6 +23,11 @@ struct uls_config {
 	int64_t spin_ns;    /* spin before sleeping; -1: without limit */
 	uint64_t rx_pace_ns; /* a streaming receiver looks at the ring at most this often */
 	int disabled;       /* ULSOCK_DISABLE: never accelerate */
+	/*
+	 * Set once the process did something the rings cannot follow (io_uring, a seccomp
+	 * filter: preload/direct.c): no new connection is accelerated, for this reason.
+	 */
+	const char *_Atomic off_reason;
 	int ntrusted;
 	uid_t trusted[ULS_MAX_TRUSTED];
 	uid_t uid;
@@ -63,6 +68,8 @@ static inline pid_t uls_pid(void)
 	return __builtin_expect(uls_cached_pid != 0, 1) ? uls_cached_pid : uls_pid_slow();
 }
 uid_t uls_uid(void);
+/* After setuid and friends: the next uls_uid asks the kernel. */
+void uls_uid_changed(void);
 void uls_config_atfork_child(void);
 int uls_config_uid_trusted(uid_t uid);
 const char *uls_profile_name(enum uls_profile p);

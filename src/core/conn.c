@@ -38,6 +38,7 @@ struct uls_conn *uls_conn_alloc(void)
 	c->refs = 1;
 	c->life = 1;
 	c->kept_fd = -1;
+	c->peek_off = -1;
 	c->stat = uls_stat_slot();
 	pthread_mutex_lock(&list_mu);
 	c->next = conn_list;
@@ -250,10 +251,11 @@ void uls_conn_adopt_rcvlowat(struct uls_conn *c, int fd, int val)
 
 void uls_conn_set_kernel(struct uls_conn *c, int fd, const char *reason)
 {
-	int lowat;
+	int lowat, left = 0;
 
 	pthread_mutex_lock(&c->mu);
 	if (atomic_load(&c->path) != ULS_PATH_KERNEL) {
+		left = c->logged; /* its path was logged: say that it changed, and why */
 		snprintf(c->reason, sizeof(c->reason), "%s", reason);
 		atomic_store(&c->path, ULS_PATH_KERNEL);
 		/* The kernel decides from now on, with the program's low-water mark. */
@@ -265,6 +267,11 @@ void uls_conn_set_kernel(struct uls_conn *c, int fd, const char *reason)
 	/* A client whose peer will never attach has no use for its segment's name. */
 	if (c->role == ULS_CLIENT && c->seg.hdr)
 		uls_seg_remove(&c->seg);
+	if (left && uls_cfg.log_level >= ULS_LOG_INFO) {
+		char names[140];
+		uls_info("fd=%d %s left the fast path: %s", fd,
+			 uls_conn_names(c, names, sizeof(names)), reason);
+	}
 	uls_conn_log_path(c, fd);
 }
 
@@ -277,6 +284,10 @@ struct uls_conn *uls_conn_connect_prepare(int fd, const struct sockaddr *dst, ui
 
 	if (uls_cfg.disabled) {
 		snprintf(reason, rlen, "disabled by ULSOCK_DISABLE");
+		return NULL;
+	}
+	if (atomic_load(&uls_cfg.off_reason)) {
+		snprintf(reason, rlen, "%s", atomic_load(&uls_cfg.off_reason));
 		return NULL;
 	}
 	if (!uls_addr_is_local(dst)) {
@@ -326,6 +337,8 @@ static const char *server_attach(struct uls_conn *c, int fd, char *why, size_t w
 
 	if (uls_cfg.disabled)
 		return "disabled by ULSOCK_DISABLE";
+	if (atomic_load(&uls_cfg.off_reason))
+		return atomic_load(&uls_cfg.off_reason);
 	if (!peer->sa_family || !uls_addr_is_local(peer))
 		return "peer address is not on this host";
 	err = uls_diag_lookup(peer, self, &id);
@@ -380,6 +393,20 @@ struct uls_conn *uls_conn_accept(int fd, const struct sockaddr *peer, socklen_t 
 	return c;
 }
 
+/* A connection found again in a process that may no longer use rings goes back to TCP. */
+static struct uls_conn *adopted(struct uls_conn *c, int fd)
+{
+	const char *why = atomic_load(&uls_cfg.off_reason);
+
+	if (why) {
+		int r = uls_conn_revert(c, fd, 2000);
+		if (r < 0)
+			uls_err("fd=%d: %s, but the connection could not move back to kernel TCP: %s",
+				fd, why, strerror(-r));
+	}
+	return c;
+}
+
 struct uls_conn *uls_conn_adopt(int fd)
 {
 	struct uls_conn *c;
@@ -403,7 +430,7 @@ struct uls_conn *uls_conn_adopt(int fd)
 		atomic_store(&c->shared, 1);
 		uls_conn_join_side(c);
 		uls_dbg("fd=%d adopted as client", fd);
-		return c;
+		return adopted(c, fd);
 	}
 	if (uls_diag_lookup((struct sockaddr *)&c->peer_sa, (struct sockaddr *)&c->local_sa,
 			    &id) == 0 &&
@@ -416,7 +443,7 @@ struct uls_conn *uls_conn_adopt(int fd)
 			atomic_store(&c->shared, 1);
 			uls_conn_join_side(c);
 			uls_dbg("fd=%d adopted as server", fd);
-			return c;
+			return adopted(c, fd);
 		}
 		uls_seg_unmap(&c->seg);
 	}

@@ -75,6 +75,16 @@ struct uls_conn {
 	 * those calls ends, as the kernel keeps a file open for the calls that hold it. The
 	 * calls' kernel work goes there from then on (uls_conn_fd).
 	 */
+	/*
+	 * MSG_ZEROCOPY on the ring: a send copies at once, and the completion the program
+	 * waits for is made here (uls_conn_zc_*): the ids of sends not yet reported, as the
+	 * kernel numbers them per socket from 0. Under mu.
+	 */
+	int zc_state; /* SO_ZEROCOPY: 0 not asked yet, 1 off, 2 on */
+	uint32_t zc_next, zc_lo, zc_hi;
+	_Atomic int zc_pending;
+	/* SO_PEEK_OFF on the ring as the program set it, -1: off (the kernel's default). */
+	_Atomic int peek_off;
 	_Atomic int kept;
 	int kept_fd; /* an own descriptor (ownfd.h): a dup2 onto it moves it */
 	_Atomic int app_nodelay; /* TCP_NODELAY as the program set it (the kernel's is 1) */
@@ -190,6 +200,18 @@ uint64_t uls_conn_gen(struct uls_conn *c, int events);
 /* FIONREAD and SIOCOUTQ on the ring parts. */
 int uls_conn_inq(struct uls_conn *c, int fd, int *out);
 int uls_conn_outq(struct uls_conn *c, int *out);
+
+/* SO_ZEROCOPY was set on fd (or asked now); returns 1 when on. */
+int uls_conn_zc_enabled(struct uls_conn *c, int fd);
+void uls_conn_zc_set(struct uls_conn *c, int on);
+/* A send with MSG_ZEROCOPY took bytes: its completion (the next id) is pending. */
+void uls_conn_zc_sent(struct uls_conn *c);
+/* recvmsg(MSG_ERRQUEUE): the pending completions as the kernel reports them, or -EAGAIN. */
+ssize_t uls_conn_zc_report(struct uls_conn *c, struct msghdr *msg);
+/* TCP_INFO: the kernel's byte counters less wake-up bytes, plus the ring's. */
+void uls_conn_fix_tcp_info(struct uls_conn *c, void *info, socklen_t len);
+/* Peeks of the next receive of this thread ignore SO_PEEK_OFF (splice's own). */
+extern __thread int uls_peek_raw;
 
 /* 1 if this process holds a connection that is not on the kernel path. */
 int uls_conn_any_accelerated(void);

@@ -576,11 +576,16 @@ static int spin_until(struct uls_conn *c, int fd, uint64_t deadline,
 	return 0;
 }
 
+/* How many bytes a waiting receive of this thread needs on the ring: more than one only
+ * for a peek that starts past the bytes there (SO_PEEK_OFF). */
+static __thread int64_t rx_need __attribute__((tls_model("initial-exec"))) = 1;
+
 static int rx_ready(struct uls_conn *c)
 {
 	uint64_t head = atomic_load_explicit(&c->rx->sh->cons.head, memory_order_relaxed);
+	int64_t avail = uls_ring_readable(c->rx, head);
 
-	return uls_ring_readable(c->rx, head) != 0 || atomic_load(&c->rx->sh->prod.eof) ||
+	return avail < 0 || avail >= rx_need || atomic_load(&c->rx->sh->prod.eof) ||
 	       atomic_load(&c->peer_gone) || atomic_load(&c->broken);
 }
 
@@ -748,6 +753,20 @@ static ssize_t send_epipe(struct uls_conn *c, int flags)
 }
 
 /*
+ * A reset reported once, by the first call that meets it (the kernel's sk_err): the one
+ * the kernel socket may hold too (the peer's close sent it) is taken with it, so that
+ * SO_ERROR and the next calls see it gone, as on kernel TCP.
+ */
+static ssize_t reset_reported(struct uls_conn *c, int fd)
+{
+	int err = 0;
+	socklen_t len = sizeof(err);
+
+	uls_libc.getsockopt(uls_conn_fd(c, fd), SOL_SOCKET, SO_ERROR, &err, &len);
+	return -ECONNRESET;
+}
+
+/*
  * A send to a peer that stopped reading. One that only shut down reading still takes
  * (and drops) the bytes. One that reset the connection (SO_LINGER {1, 0}, or a close with
  * bytes unread, conn.c) gets ECONNRESET once, as the kernel reports a reset once, and
@@ -763,11 +782,18 @@ static ssize_t send_to_gone_peer(struct uls_conn *c, int fd, const struct iovec 
 
 	if (peer_state & ULS_SIDE_RESET) {
 		if (!atomic_exchange(&c->reset_seen, 1))
-			return -ECONNRESET;
+			return reset_reported(c, fd);
 		return send_epipe(c, flags);
 	}
 	if (!(peer_state & ULS_SIDE_CLOSED) && !atomic_load(&c->peer_gone))
 		return (ssize_t)total;
+	/* The peer says it closed just before its kernel sends the FIN: bytes sent before
+	 * the FIN came would find its socket still open and make it reset, not close. The
+	 * program saw the end of the stream only once the FIN had come on kernel TCP. */
+	if (!atomic_load(&c->peer_gone)) {
+		struct pollfd p = {.fd = uls_conn_fd(c, fd), .events = POLLRDHUP};
+		uls_libc.poll(&p, 1, 100);
+	}
 	struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
 	ssize_t n = uls_libc.sendmsg(uls_conn_fd(c, fd), &m, flags);
 
@@ -1085,6 +1111,8 @@ static ssize_t tcp_recv_pending(struct uls_conn *c, int fd, struct msghdr *msg, 
  * seen at once: only a stream faster than one message per interval is batched, and a
  * request/response exchange (a send between two receives) never waits.
  */
+__thread int uls_peek_raw __attribute__((tls_model("initial-exec")));
+
 static void rx_pace(struct uls_conn *c)
 {
 	uint64_t now = uls_now_ns();
@@ -1117,13 +1145,24 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 				uls_conn_broken(c, fd, "producer position out of range");
 			return -ECONNRESET;
 		}
-		if (avail > 0) {
-			size_t n = total < (uint64_t)avail ? total : (size_t)avail;
+		/* SO_PEEK_OFF: a peek starts that far in and moves it (kernel semantics). */
+		int peek_off = (flags & MSG_PEEK) && !uls_peek_raw ? atomic_load(&c->peek_off) : -1;
+		uint64_t skip = peek_off > 0 ? (uint64_t)peek_off : 0;
+		if (avail > (int64_t)skip) {
+			size_t n = total < (uint64_t)avail - skip ? total : (size_t)(avail - (int64_t)skip);
 			/* MSG_TRUNC on a stream: the bytes are consumed, not copied. */
 			if (!(flags & MSG_TRUNC))
-				uls_ring_copy_out(c->rx, head, msg->msg_iov, (int)msg->msg_iovlen, 0, n);
-			if (flags & MSG_PEEK)
+				uls_ring_copy_out(c->rx, head + skip, msg->msg_iov, (int)msg->msg_iovlen,
+						  0, n);
+			if (flags & MSG_PEEK) {
+				if (peek_off >= 0)
+					atomic_store(&c->peek_off, peek_off + (int)n);
 				return (ssize_t)n;
+			}
+			/* Consumed bytes come off the peek offset (the kernel's sk_peek_offset_bwd). */
+			int po = atomic_load(&c->peek_off);
+			if (po > 0)
+				atomic_store(&c->peek_off, (size_t)po > n ? po - (int)n : 0);
 			/* Release: the producer may reuse the space once it sees the new head. */
 			atomic_store_explicit(&c->rx->sh->cons.head, head + n, memory_order_release);
 			c->rx_head_mine = head + n;
@@ -1141,13 +1180,13 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 			return back < 0 ? back : -EALREADY;
 		if ((atomic_load(&c->peer->state) & ULS_SIDE_RESET) &&
 		    !atomic_exchange(&c->reset_seen, 1))
-			return -ECONNRESET;
+			return reset_reported(c, fd);
 		if (atomic_load(&c->rx->sh->prod.eof) || atomic_load(&c->peer_gone)) {
 			/*
 			 * The peer published its last bytes before it set eof or closed TCP:
 			 * look at the ring once more before reporting the end of the stream.
 			 */
-			if (uls_ring_readable(c->rx, head) != 0)
+			if (uls_ring_readable(c->rx, head) > (int64_t)skip)
 				continue;
 			int e = atomic_load(&c->rx->sh->prod.eof) ? 0 : atomic_load(&c->peer_err);
 			return e ? -e : 0;
@@ -1162,7 +1201,8 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 			uint64_t seen = atomic_load(&c->tcp_checked);
 			check_tcp_sometimes(c, fd, uls_now_ns());
 			if (seen != atomic_load(&c->tcp_checked) &&
-			    (atomic_load(&c->peer_gone) || uls_ring_readable(c->rx, head) != 0))
+			    (atomic_load(&c->peer_gone) ||
+			     uls_ring_readable(c->rx, head) > (int64_t)skip))
 				continue;
 			return -EAGAIN;
 		}
@@ -1175,7 +1215,9 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 				continue;
 		}
 		dir_unlock(c, RXL);
+		rx_need = (int64_t)skip + 1;
 		int r = wait_rx(c, fd, deadline_of(c->rcvtimeo_ns));
+		rx_need = 1;
 		dir_lock(c, RXL);
 		if (r < 0)
 			return r;
@@ -1411,6 +1453,9 @@ int uls_conn_ready(struct uls_conn *c, int events)
 		r |= POLLOUT;
 	if (atomic_load(&c->shut_wr) && (r & POLLRDHUP))
 		r |= POLLHUP;
+	/* Zero-copy completions wait on the error queue (sockinfo.c). */
+	if (atomic_load_explicit(&c->zc_pending, memory_order_relaxed))
+		r |= POLLERR;
 	/* A reset is an error until a call reported it (as the kernel's sk_err), a hang-up
 	 * for good. */
 	if (atomic_load(&c->peer->state) & ULS_SIDE_RESET)

@@ -42,11 +42,19 @@ static int kernel_events_for(struct uls_conn *c, int events)
 /* Readiness of a ring conn given what the kernel reported for its socket. */
 static int merge(struct uls_conn *c, int fd, int events, int krev)
 {
-	int parts = uls_conn_kernel_parts(c), r;
+	int was = uls_conn_kernel_parts(c), parts, r;
 
-	if ((krev & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) && !(parts & ULS_KERNEL_RX))
+	/* Not with an error pending: the drain's read would take it, and the kernel keeps
+	 * reporting it until the program's own call does. */
+	if ((krev & (POLLIN | POLLRDHUP | POLLHUP)) && !(krev & POLLERR) && !(was & ULS_KERNEL_RX))
 		uls_conn_drain(c, fd);
 	parts = uls_conn_kernel_parts(c);
+	/* The drain followed the peer back to TCP (revert.c): the kernel's readiness was
+	 * taken before it read the last wake-ups there, and is asked again. */
+	if ((parts & ULS_KERNEL_RX) && !(was & ULS_KERNEL_RX)) {
+		struct pollfd p = {.fd = uls_conn_fd(c, fd), .events = (short)(events | POLLRDHUP)};
+		krev = uls_libc.poll(&p, 1, 0) > 0 ? p.revents : 0;
+	}
 	r = uls_conn_ready(c, events);
 	/*
 	 * Errors and hang-ups of the socket are the kernel's, whichever way the bytes go (a
@@ -688,10 +696,16 @@ static int has_ring(struct uls_epoll *ep)
 	return ep->nwatch > 0 || ep->norph > 0;
 }
 
-/* Was r reported in this cycle already? (Only sets with rings mix two sources.) */
+/*
+ * Was r reported in this cycle already? (Only sets with rings mix two sources.) An event
+ * the kernel hands over for an edge-triggered or one-shot registration it decides is
+ * never held back: the kernel would not hand it over again.
+ */
 static int fair_skip(struct uls_epoll *ep, struct epreg *r)
 {
 	if (r->told != ep->cycle || !has_ring(ep))
+		return 0;
+	if (!r->ring && (r->events & (EPOLLET | EPOLLONESHOT)))
 		return 0;
 	ep->stale++;
 	return 1;

@@ -3,12 +3,38 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ownfd.h"
 #include "../preload/libc.h"
+
+/*
+ * A log line must not end the program: a process whose file size limit the log file
+ * passed (OpenSSH's sandboxed child sets RLIMIT_FSIZE to 0) gets SIGXFSZ from the write,
+ * and dies of it. So SIGXFSZ is held around the write, and the one the write raised is
+ * taken back before it is let through.
+ */
+static void log_write(const char *buf, size_t n)
+{
+	sigset_t xfsz, old, pending;
+	struct timespec zero = {0, 0};
+
+	sigemptyset(&xfsz);
+	sigaddset(&xfsz, SIGXFSZ);
+	if (pthread_sigmask(SIG_BLOCK, &xfsz, &old) != 0) {
+		uls_libc.write(uls_cfg.log_fd, buf, n);
+		return;
+	}
+	int was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ);
+	if (uls_libc.write(uls_cfg.log_fd, buf, n) < 0 && errno == EFBIG && !was_pending)
+		sigtimedwait(&xfsz, NULL, &zero);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
 
 void uls_log(enum uls_log_level level, const char *fmt, ...)
 {
@@ -25,7 +51,7 @@ void uls_log(enum uls_log_level level, const char *fmt, ...)
 	n += m < 0 ? 0 : (m >= (int)sizeof(buf) - n - 1 ? (int)sizeof(buf) - n - 2 : m);
 	buf[n++] = '\n';
 	if (uls_libc.write)
-		uls_libc.write(uls_cfg.log_fd, buf, (size_t)n);
+		log_write(buf, (size_t)n);
 	errno = saved;
 }
 

@@ -195,6 +195,11 @@ int uls_revert_rx_back(struct uls_conn *c, int fd)
 		return 1;
 	if (!atomic_load_explicit(&c->peer->tx_reverted, memory_order_acquire))
 		return 0;
+	/* A client's data from before its switch comes first on TCP: it is read as data
+	 * (conn_io.c, tcp_recv_before_switch) before anything there is skipped. */
+	if (c->role == ULS_SERVER && atomic_load(&c->peer->switched) &&
+	    atomic_load(&c->me->tcp_data) < atomic_load(&c->peer->switch_pos))
+		return 0;
 	uint64_t end = atomic_load(&c->peer->revert_ring_end);
 	uint64_t head = atomic_load(&c->rx->sh->cons.head);
 	if (head != end) {

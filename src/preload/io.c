@@ -48,11 +48,26 @@ static ssize_t conn_recv_buf(struct uls_conn *c, int fd, void *buf, size_t len, 
 	return uls_ret(uls_conn_recv(c, fd, &m, flags));
 }
 
+/*
+ * A send on the ring copies before it returns: MSG_ZEROCOPY is done with at once, and
+ * with SO_ZEROCOPY on, the completion the program waits for is queued here for its
+ * MSG_ERRQUEUE receive (core/sockinfo.c), numbered as the kernel numbers them.
+ */
+static ssize_t conn_sendv(struct uls_conn *c, int fd, const struct iovec *iov, int iovcnt,
+			  int flags)
+{
+	ssize_t n = uls_conn_send(c, fd, iov, iovcnt, flags & ~MSG_ZEROCOPY);
+
+	if (n > 0 && (flags & MSG_ZEROCOPY) && uls_conn_zc_enabled(c, fd))
+		uls_conn_zc_sent(c);
+	return uls_ret(n);
+}
+
 static ssize_t conn_send_buf(struct uls_conn *c, int fd, const void *buf, size_t len, int flags)
 {
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
 
-	return uls_ret(uls_conn_send(c, fd, &iov, 1, flags));
+	return conn_sendv(c, fd, &iov, 1, flags);
 }
 
 /* Receives the kernel serves itself: urgent data and the error queue never use the ring. */
@@ -330,6 +345,11 @@ ULS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
 	struct uls_conn *c = accel(fd);
 
+	if (c && (flags & MSG_ERRQUEUE) && msg) {
+		ssize_t r = uls_conn_zc_report(c, msg);
+		if (r != -EAGAIN)
+			return uls_ret(r);
+	}
 	if (!c || (flags & KERNEL_RECV_FLAGS)) {
 		ssize_t r = uls_libc.recvmsg(fd, msg, flags);
 		if (r >= 0 && msg && msg->msg_controllen)
@@ -347,11 +367,20 @@ ULS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 
 	if (msg && msg->msg_controllen)
 		note_passed_fds(fd, msg);
-	if (!c || msg->msg_controllen)
+	if (c && msg->msg_controllen) {
+		/* TCP takes a few control messages (timestamping requests) and refuses the
+		 * rest: the kernel judges them on a send of no bytes, the bytes go the ring. */
+		struct msghdr m = *msg;
+		m.msg_iov = NULL;
+		m.msg_iovlen = 0;
+		if (uls_libc.sendmsg(fd, &m, (flags & ~(MSG_ZEROCOPY | MSG_OOB)) | MSG_DONTWAIT) < 0)
+			return -1;
+	}
+	if (!c)
 		return uls_libc.sendmsg(fd, msg, flags);
 	if (flags & MSG_OOB)
 		return send_urgent(c, fd, msg, flags);
-	return uls_ret(uls_conn_send(c, fd, msg->msg_iov, (int)msg->msg_iovlen, flags));
+	return conn_sendv(c, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
 }
 
 ULS_EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags,

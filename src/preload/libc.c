@@ -2,6 +2,7 @@
 #include "libc.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -27,9 +28,41 @@ void uls_libc_init(void)
 	pthread_once(&libc_once, resolve);
 }
 
-/* The real syscall() for a caller that may run before the rest of the library started. */
-uls_syscall_fn uls_libc_syscall(void)
+/*
+ * A system call made here, with syscall()'s convention (-1 and errno): neither through
+ * the syscall() this library exports (preload/direct.c) nor through libc's, which may not
+ * be resolved yet when an allocator calls it while the library starts.
+ */
+long uls_raw_syscall(long nr, long a, long b, long c, long d, long e, long f)
 {
-	uls_libc_init();
-	return uls_libc.syscall;
+	long r;
+#if defined(__x86_64__)
+	register long r10 __asm__("r10") = d;
+	register long r8 __asm__("r8") = e;
+	register long r9 __asm__("r9") = f;
+	__asm__ volatile("syscall"
+			 : "=a"(r)
+			 : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+			 : "rcx", "r11", "memory");
+#elif defined(__aarch64__)
+	register long x8 __asm__("x8") = nr;
+	register long x0 __asm__("x0") = a;
+	register long x1 __asm__("x1") = b;
+	register long x2 __asm__("x2") = c;
+	register long x3 __asm__("x3") = d;
+	register long x4 __asm__("x4") = e;
+	register long x5 __asm__("x5") = f;
+	__asm__ volatile("svc 0"
+			 : "+r"(x0)
+			 : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
+			 : "memory");
+	r = x0;
+#else
+#error "uls_raw_syscall: add this architecture"
+#endif
+	if ((unsigned long)r > -4096ul) {
+		errno = (int)-r;
+		return -1;
+	}
+	return r;
 }

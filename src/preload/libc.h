@@ -55,8 +55,7 @@ struct mmsghdr;
 	X(int, epoll_ctl, (int, int, int, struct epoll_event *))                           \
 	X(int, epoll_wait, (int, struct epoll_event *, int, int))                          \
 	X(int, epoll_pwait, (int, struct epoll_event *, int, int, const sigset_t *))       \
-	X(pid_t, fork, (void))                                                             \
-	X(long, syscall, (long, ...))
+	X(pid_t, fork, (void))
 
 #define ULS_LIBC_FIELD(ret, name, args) ret(*name) args;
 struct uls_libc {
@@ -70,10 +69,10 @@ extern struct uls_libc uls_libc;
  * The library's own raw system calls: never through the exported syscall(), which
  * serves the program's socket calls (preload/direct.c) and would come back here.
  */
-typedef long (*uls_syscall_fn)(long, ...);
-uls_syscall_fn uls_libc_syscall(void);
-#define uls_syscall(...) \
-	((uls_libc.syscall ? uls_libc.syscall : uls_libc_syscall())(__VA_ARGS__))
+long uls_raw_syscall(long nr, long a, long b, long c, long d, long e, long f);
+#define ULS_SC_ARGS(nr, a, b, c, d, e, f, ...) \
+	uls_raw_syscall((long)(nr), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), (long)(f))
+#define uls_syscall(...) ULS_SC_ARGS(__VA_ARGS__, 0, 0, 0, 0, 0, 0)
 
 /* Resolves the table; safe to call from any thread, any number of times. */
 void uls_libc_init(void);

@@ -236,6 +236,12 @@ ULS_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len
 	if (r == 0 && level == SOL_SOCKET && name == SO_RCVLOWAT && val && len &&
 	    *len >= sizeof(int) && (c = waking_conn(fd)) != NULL && atomic_load(&c->rcvlowat))
 		*(int *)val = atomic_load(&c->rcvlowat);
+	if (r == 0 && level == SOL_SOCKET && name == SO_PEEK_OFF && val && len &&
+	    *len >= sizeof(int) && (c = waking_conn(fd)) != NULL)
+		*(int *)val = atomic_load(&c->peek_off);
+	if (r == 0 && level == IPPROTO_TCP && name == TCP_INFO && val && len &&
+	    (c = waking_conn(fd)) != NULL)
+		uls_conn_fix_tcp_info(c, val, *len);
 	return r;
 }
 
@@ -258,6 +264,14 @@ ULS_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_
 
 	if (r < 0 || level != SOL_SOCKET)
 		return r;
+	/* The kernel took the value: the ring follows it. */
+	if ((name == SO_ZEROCOPY || name == SO_PEEK_OFF) && val && len >= sizeof(int) &&
+	    (c = waking_conn(fd)) != NULL) {
+		if (name == SO_ZEROCOPY)
+			uls_conn_zc_set(c, *(const int *)val != 0);
+		else
+			atomic_store(&c->peek_off, *(const int *)val < 0 ? -1 : *(const int *)val);
+	}
 	e = uls_fd_get(fd);
 	if (!e)
 		return r;
@@ -523,4 +537,48 @@ ULS_EXPORT void closefrom(int lowfd)
 		return;
 	}
 	close_through(lowfd < 0 ? 0 : (unsigned)lowfd, UINT_MAX);
+}
+
+/* ---- the setuid family: the library's idea of its user follows the program's ---- */
+
+/*
+ * A server that starts as root and gives its workers another user (nginx, postgres,
+ * sshd's children) must name and check segments as that user from then on: the spare
+ * segment made as the old one is dropped, and the uid asked again (core/config.c).
+ */
+static int uid_result(int r)
+{
+	if (r == 0 && !uls_vfork_child()) {
+		uls_uid_changed();
+		uls_seg_spare_drop();
+	}
+	return r;
+}
+
+typedef int (*id1_fn)(uid_t);
+typedef int (*id2_fn)(uid_t, uid_t);
+typedef int (*id3_fn)(uid_t, uid_t, uid_t);
+
+ULS_EXPORT int setuid(uid_t uid)
+{
+	uls_ensure_init();
+	return uid_result(((id1_fn)dlsym(RTLD_NEXT, "setuid"))(uid));
+}
+
+ULS_EXPORT int seteuid(uid_t uid)
+{
+	uls_ensure_init();
+	return uid_result(((id1_fn)dlsym(RTLD_NEXT, "seteuid"))(uid));
+}
+
+ULS_EXPORT int setreuid(uid_t ruid, uid_t euid)
+{
+	uls_ensure_init();
+	return uid_result(((id2_fn)dlsym(RTLD_NEXT, "setreuid"))(ruid, euid));
+}
+
+ULS_EXPORT int setresuid(uid_t ruid, uid_t euid, uid_t suid)
+{
+	uls_ensure_init();
+	return uid_result(((id3_fn)dlsym(RTLD_NEXT, "setresuid"))(ruid, euid, suid));
 }

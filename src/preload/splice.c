@@ -130,7 +130,9 @@ static ssize_t socket_to_pipe(struct uls_conn *c, int sfd, int pfd, size_t len,
 	if ((r = tee_pipe_get()) < 0)
 		return uls_ret(r);
 	/* The socket side waits as the socket says (the kernel's tcp_splice_read). */
+	uls_peek_raw = 1; /* the program's SO_PEEK_OFF is not splice's */
 	ssize_t n = recv_flags(c, sfd, buf, want, MSG_PEEK);
+	uls_peek_raw = 0;
 	if (n <= 0)
 		return uls_ret(n);
 	/* Through the private pipe, so that the program's pipe takes what fits without the
