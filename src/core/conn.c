@@ -18,6 +18,7 @@
 #include "config.h"
 #include "conn_io.h"
 #include "cpu.h"
+#include "fdtable.h"
 #include "handshake.h"
 #include "log.h"
 #include "ownfd.h"
@@ -393,10 +394,27 @@ struct uls_conn *uls_conn_accept(int fd, const struct sockaddr *peer, socklen_t 
 	return c;
 }
 
-/* A connection found again in a process that may no longer use rings goes back to TCP. */
+static uint64_t timeo_of(int fd, int name)
+{
+	struct timeval tv = {0, 0};
+	socklen_t len = sizeof(tv);
+
+	if (uls_libc.getsockopt(fd, SOL_SOCKET, name, &tv, &len) < 0)
+		return 0;
+	return (uint64_t)tv.tv_sec * 1000000000u + (uint64_t)tv.tv_usec * 1000u;
+}
+
+/*
+ * A connection found again (exec, SCM_RIGHTS, pidfd_getfd) takes over the socket's
+ * options the earlier holder set, which the kernel keeps: the timeouts bound ulsock's
+ * waits. In a process that may no longer use rings it goes back to TCP.
+ */
 static struct uls_conn *adopted(struct uls_conn *c, int fd)
 {
 	const char *why = atomic_load(&uls_cfg.off_reason);
+
+	c->rcvtimeo_ns = timeo_of(fd, SO_RCVTIMEO);
+	c->sndtimeo_ns = timeo_of(fd, SO_SNDTIMEO);
 
 	if (why) {
 		int r = uls_conn_revert(c, fd, 2000);
@@ -687,6 +705,28 @@ struct uls_conn *uls_conn_by_socket(uint64_t ino)
 			found = c;
 	pthread_mutex_unlock(&list_mu);
 	return found;
+}
+
+struct uls_conn *uls_conn_local_peer(struct uls_conn *c, int *fd)
+{
+	struct uls_conn *found = NULL;
+
+	if (!c->seg.hdr)
+		return NULL;
+	pthread_mutex_lock(&list_mu);
+	for (struct uls_conn *p = conn_list; p && !found; p = p->next)
+		if (p != c && p->seg.hdr && p->seg.ino == c->seg.ino && p->role != c->role)
+			found = p;
+	pthread_mutex_unlock(&list_mu);
+	if (!found)
+		return NULL;
+	int max = uls_fd_max();
+	for (int i = 0; i < max; i++)
+		if (uls_fd_conn(i) == found) {
+			*fd = i;
+			return found;
+		}
+	return NULL;
 }
 
 int uls_conn_maybe_shared(struct uls_conn *c)

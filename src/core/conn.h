@@ -85,6 +85,7 @@ struct uls_conn {
 	_Atomic int zc_pending;
 	/* SO_PEEK_OFF on the ring as the program set it, -1: off (the kernel's default). */
 	_Atomic int peek_off;
+	_Atomic int tcp_inq; /* TCP_INQ: receives report the bytes left (TCP_CM_INQ) */
 	_Atomic int kept;
 	int kept_fd; /* an own descriptor (ownfd.h): a dup2 onto it moves it */
 	_Atomic int app_nodelay; /* TCP_NODELAY as the program set it (the kernel's is 1) */
@@ -223,6 +224,8 @@ void uls_conn_mark_shared_all(void);
 void uls_conn_note_socket(struct uls_conn *c, int fd);
 /* The conn whose socket has inode ino (uls_conn_note_socket), or NULL. */
 struct uls_conn *uls_conn_by_socket(uint64_t ino);
+/* The other end of c when this process holds it too (a descriptor of it in *fd). */
+struct uls_conn *uls_conn_local_peer(struct uls_conn *c, int *fd);
 /* Is the socket maybe held by another process too (fork, spawn, a process that joined)? */
 int uls_conn_maybe_shared(struct uls_conn *c);
 

@@ -960,7 +960,7 @@ static int iov_truncate(const struct iovec *iov, int iovcnt, size_t limit, struc
  * -EALREADY when the caller must continue on the ring.
  */
 static ssize_t tcp_recv_before_switch(struct uls_conn *c, int fd, struct msghdr *msg, int flags,
-				      size_t total, int nonblock)
+				      size_t total, int nonblock, uint64_t deadline)
 {
 	struct iovec tmp[64];
 	struct msghdr m = *msg;
@@ -1007,8 +1007,7 @@ static ssize_t tcp_recv_before_switch(struct uls_conn *c, int fd, struct msghdr 
 	if (n < 0 && errno == EAGAIN && (kflags & MSG_DONTWAIT) && !(flags & MSG_DONTWAIT) &&
 	    !nonblock) {
 		uls_token_read_end(c);
-		int r = wait_rung(c, fd, deadline_of(c->rcvtimeo_ns), 0, max_sleep_ms(c), bell,
-				  bounded);
+		int r = wait_rung(c, fd, deadline, 0, max_sleep_ms(c), bell, bounded);
 		return r < 0 ? r : -EALREADY;
 	}
 	if (n <= 0) {
@@ -1042,9 +1041,8 @@ static ssize_t tcp_recv_before_switch(struct uls_conn *c, int fd, struct msghdr 
 
 /* Client before the server attached: TCP carries data, unless the server attaches. */
 static ssize_t tcp_recv_pending(struct uls_conn *c, int fd, struct msghdr *msg, int flags,
-				int nonblock)
+				int nonblock, uint64_t deadline)
 {
-	uint64_t deadline = deadline_of(c->rcvtimeo_ns);
 	char sink[256];
 	ssize_t n;
 
@@ -1128,7 +1126,7 @@ static void rx_pace(struct uls_conn *c)
 
 /* Receives what the ring holds, waiting for something unless non-blocking. */
 static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags,
-			 size_t total, int nonblock)
+			 size_t total, int nonblock, uint64_t deadline)
 {
 	if (!nonblock && uls_cfg.rx_pace_ns &&
 	    atomic_load_explicit(&c->rx_stream, memory_order_relaxed))
@@ -1216,7 +1214,7 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 		}
 		dir_unlock(c, RXL);
 		rx_need = (int64_t)skip + 1;
-		int r = wait_rx(c, fd, deadline_of(c->rcvtimeo_ns));
+		int r = wait_rx(c, fd, deadline);
 		rx_need = 1;
 		dir_lock(c, RXL);
 		if (r < 0)
@@ -1246,6 +1244,8 @@ static ssize_t conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 	size_t total = iov_total(msg->msg_iov, (int)msg->msg_iovlen), done = 0;
 	int nonblock = (flags & MSG_DONTWAIT) || atomic_load(&c->nonblock);
 	size_t target = recv_target(c, flags, total);
+	/* SO_RCVTIMEO bounds the whole call, however many waits it takes. */
+	uint64_t deadline = deadline_of(c->rcvtimeo_ns);
 	struct iovec tmp[64];
 	ssize_t n;
 
@@ -1276,9 +1276,10 @@ static ssize_t conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 			n = uls_libc.recvmsg(uls_conn_fd(c, fd), &m, flags);
 			n = n < 0 ? -errno : n;
 		} else if (c->role == ULS_CLIENT && !uls_conn_peer_attached(c)) {
-			n = tcp_recv_pending(c, fd, &m, flags, nonblock);
+			n = tcp_recv_pending(c, fd, &m, flags, nonblock, deadline);
 		} else if (c->role == ULS_SERVER && !rx_token_zone(c)) {
-			n = tcp_recv_before_switch(c, fd, &m, flags, total - done, nonblock);
+			n = tcp_recv_before_switch(c, fd, &m, flags, total - done, nonblock,
+						   deadline);
 		} else {
 			if (c->role == ULS_CLIENT && atomic_load(&c->path) == ULS_PATH_PENDING) {
 				/* The server attached: its bytes come on the ring from now on. */
@@ -1293,7 +1294,7 @@ static ssize_t conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 					uls_conn_client_switch(c, fd);
 				uls_conn_unlock(c, TXL);
 			}
-			n = ring_recv(c, fd, &m, flags, total - done, nonblock);
+			n = ring_recv(c, fd, &m, flags, total - done, nonblock, deadline);
 		}
 		if (n == -EALREADY)
 			continue;

@@ -314,11 +314,19 @@ int uls_conn_revert(struct uls_conn *c, int fd, int timeout_ms)
 		maybe_all_kernel(c, fd);
 		goto out_rx;
 	}
+	/* The peer may be this very process (both ends of a connection in one program),
+	 * and this thread the one that would serve it: then it is served here. */
+	int pfd = -1;
+	struct uls_conn *local = uls_conn_local_peer(c, &pfd);
 	while (!atomic_load_explicit(&c->peer->tx_reverted, memory_order_acquire)) {
 		struct timespec ts = {0, 1000000};
 		if (uls_now_ns() >= deadline || atomic_load(&c->broken)) {
 			r = -ETIMEDOUT;
 			goto out_rx;
+		}
+		if (local && uls_conn_hold(local)) {
+			uls_revert_serve(local, pfd);
+			uls_conn_unhold(local);
 		}
 		nanosleep(&ts, NULL);
 	}

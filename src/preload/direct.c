@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <errno.h>
 #include <limits.h>
+#include <linux/aio_abi.h>
 #include <linux/seccomp.h>
 #include <poll.h>
 #include <signal.h>
@@ -210,6 +211,40 @@ ULS_EXPORT int lio_listio64(int mode, struct aiocb64 *const list[], int n,
 	return lio_call("lio_listio64", mode, (struct aiocb *const *)list, n, sev);
 }
 
+/* ---- the kernel's own AIO (io_submit) ---- */
+
+/* Each accelerated socket an iocb names moves back first (glibc has no wrapper: libaio,
+ * and syscall() through the dispatch below). */
+static void kernel_aio_leaves(long nr, struct iocb **list)
+{
+	for (long i = 0; list && i < nr; i++)
+		if (list[i])
+			aio_leaves((int)list[i]->aio_fildes);
+}
+
+typedef struct io_context *io_context_t;
+int io_submit(io_context_t ctx, long nr, struct iocb *list[]);
+
+ULS_EXPORT int io_submit(io_context_t ctx, long nr, struct iocb *list[])
+{
+	typedef int (*submit_fn)(io_context_t, long, struct iocb *[]);
+	submit_fn real = (submit_fn)dlsym(RTLD_NEXT, "io_submit");
+
+	uls_ensure_init();
+	kernel_aio_leaves(nr, list);
+	return real ? real(ctx, nr, list) : -ENOSYS;
+}
+
+/* A fork through syscall(): fork's handlers around it, as for _Fork (stdio.c). */
+static long raw_fork(void)
+{
+	uls_atfork_prepare();
+	long pid = uls_raw_syscall(SYS_fork, 0, 0, 0, 0, 0, 0);
+	if (pid == 0)
+		uls_atfork_child();
+	return pid;
+}
+
 /* ---- io_uring through liburing ---- */
 
 /*
@@ -363,6 +398,14 @@ static long dispatch(long nr, long a, long b, long c, long d, long e, long f, in
 	case SYS_epoll_pwait:
 		return epoll_pwait((int)a, (struct epoll_event *)b, (int)c, (int)d,
 				   (const sigset_t *)e);
+	case SYS_epoll_pwait2:
+		return epoll_pwait2((int)a, (struct epoll_event *)b, (int)c,
+				    (const struct timespec *)d, (const sigset_t *)e);
+	case SYS_io_submit:
+		kernel_aio_leaves(b, (struct iocb **)c);
+		break;
+	case SYS_fork:
+		return raw_fork();
 	case SYS_pidfd_getfd:
 		return pidfd_getfd((int)a, (int)b, (unsigned)c);
 	case SYS_io_uring_setup:
@@ -396,4 +439,68 @@ ULS_EXPORT long syscall(long nr, ...)
 	if (served)
 		return r;
 	return uls_syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
+
+/*
+ * The double-underscore names glibc still exports for old programs and libraries: each
+ * is the function without the underscores, and is served as that one.
+ */
+ssize_t __read(int fd, void *buf, size_t len);
+ssize_t __write(int fd, const void *buf, size_t len);
+ssize_t __send(int fd, const void *buf, size_t len, int flags);
+int __close(int fd);
+int __connect(int fd, const struct sockaddr *addr, socklen_t len);
+int __dup2(int oldfd, int newfd);
+int __fcntl(int fd, int cmd, ...);
+int __poll(struct pollfd *fds, nfds_t n, int timeout);
+int __select(int n, fd_set *r, fd_set *w, fd_set *x, struct timeval *tv);
+
+ULS_EXPORT ssize_t __read(int fd, void *buf, size_t len)
+{
+	return read(fd, buf, len);
+}
+
+ULS_EXPORT ssize_t __write(int fd, const void *buf, size_t len)
+{
+	return write(fd, buf, len);
+}
+
+ULS_EXPORT ssize_t __send(int fd, const void *buf, size_t len, int flags)
+{
+	return send(fd, buf, len, flags);
+}
+
+ULS_EXPORT int __close(int fd)
+{
+	return close(fd);
+}
+
+ULS_EXPORT int __connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	return connect(fd, addr, len);
+}
+
+ULS_EXPORT int __dup2(int oldfd, int newfd)
+{
+	return dup2(oldfd, newfd);
+}
+
+ULS_EXPORT int __fcntl(int fd, int cmd, ...)
+{
+	va_list ap;
+
+	va_start(ap, cmd);
+	long arg = va_arg(ap, long);
+	va_end(ap);
+	return fcntl(fd, cmd, arg);
+}
+
+ULS_EXPORT int __poll(struct pollfd *fds, nfds_t n, int timeout)
+{
+	return poll(fds, n, timeout);
+}
+
+ULS_EXPORT int __select(int n, fd_set *r, fd_set *w, fd_set *x, struct timeval *tv)
+{
+	return select(n, r, w, x, tv);
 }

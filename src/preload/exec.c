@@ -161,6 +161,49 @@ static int do_exec(const char *file, char *const argv[], char *const envp[], int
 	return r;
 }
 
+/*
+ * fexecve and execveat: the same preparation as execve (fixed_env and the rest), then the
+ * real call; glibc would reach the kernel past execve.
+ */
+typedef int (*execveat_fn)(int, const char *, char *const[], char *const[], int);
+
+static int do_execat(int dirfd, const char *path, char *const argv[], char *const envp[],
+		     int flags)
+{
+	static execveat_fn real;
+	char *entry, **env;
+
+	uls_ensure_init();
+	if (!real)
+		real = (execveat_fn)dlsym(RTLD_NEXT, "execveat");
+	env = fixed_env(envp, &entry, 0);
+	if (uls_vfork_child())
+		uls_vfork_exec_prepare();
+	else
+		uls_epoll_unshare();
+	uls_guard_exec_begin();
+	int r = real ? real(dirfd, path, argv, env, flags) : (errno = ENOSYS, -1);
+	int err = errno;
+	uls_guard_exec_failed();
+	if (env != envp) {
+		free(entry);
+		free(env);
+	}
+	errno = err;
+	return r;
+}
+
+ULS_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
+			int flags)
+{
+	return do_execat(dirfd, path, argv, envp, flags);
+}
+
+ULS_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+{
+	return do_execat(fd, "", argv, envp, AT_EMPTY_PATH);
+}
+
 ULS_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
 	return do_exec(path, argv, envp, 0);

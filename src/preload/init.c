@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "preload.h"
 #include "../core/config.h"
@@ -58,6 +59,13 @@ static void do_init(void)
 	}
 	uls_ready = 1;
 	uls_dbg("loaded, profile %s", uls_profile_name(uls_cfg.profile));
+	/* A socket handed over as a standard stream (inetd, a dup2 before exec) meets stdio,
+	 * which ulsock cannot see: its connection moves back to kernel TCP (stdio.c). */
+	for (int fd = 0; fd <= 2 && !uls_cfg.disabled; fd++) {
+		struct stat st;
+		if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode))
+			uls_stdio_guard(fd);
+	}
 }
 
 void uls_preload_init(void)

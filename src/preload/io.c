@@ -3,6 +3,9 @@
 #include <errno.h>
 #include <dirent.h>
 #include <limits.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <linux/sock_diag.h>
@@ -130,10 +133,22 @@ ULS_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 	return uls_ret(uls_conn_send(c, fd, iov, iovcnt, 0));
 }
 
+/* recv and recvfrom with MSG_ERRQUEUE: the completions made here come first. */
+static ssize_t errqueue_recv(struct uls_conn *c, int fd, void *buf, size_t len, int flags)
+{
+	struct iovec iov = {.iov_base = buf, .iov_len = len};
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+	ssize_t r = uls_conn_zc_report(c, &m);
+
+	return r != -EAGAIN ? uls_ret(r) : uls_libc.recv(fd, buf, len, flags);
+}
+
 ULS_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
 {
 	struct uls_conn *c = accel(fd);
 
+	if (c && (flags & MSG_ERRQUEUE))
+		return errqueue_recv(c, fd, buf, len, flags);
 	if (!c || (flags & KERNEL_RECV_FLAGS))
 		return uls_libc.recv(fd, buf, len, flags);
 	return conn_recv_buf(c, fd, buf, len, flags);
@@ -145,6 +160,8 @@ ULS_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
 
 	if (!c)
 		return uls_libc.send(fd, buf, len, flags);
+	if (flags & MSG_FASTOPEN)
+		return uls_ret(-EISCONN); /* connected already: the kernel's answer */
 	if (flags & MSG_OOB)
 		return send_urgent_buf(c, fd, buf, len, flags);
 	return conn_send_buf(c, fd, buf, len, flags);
@@ -155,6 +172,8 @@ ULS_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct soc
 {
 	struct uls_conn *c = accel(fd);
 
+	if (c && (flags & MSG_ERRQUEUE))
+		return errqueue_recv(c, fd, buf, len, flags);
 	if (!c || (flags & KERNEL_RECV_FLAGS))
 		return uls_libc.recvfrom(fd, buf, len, flags, addr, alen);
 	/* A connected stream socket reports no source address, as TCP does. */
@@ -170,6 +189,8 @@ ULS_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
 
 	if (!c)
 		return uls_libc.sendto(fd, buf, len, flags, addr, alen);
+	if (flags & MSG_FASTOPEN)
+		return uls_ret(-EISCONN); /* connected already: the kernel's answer */
 	if (flags & MSG_OOB)
 		return send_urgent_buf(c, fd, buf, len, flags);
 	return conn_send_buf(c, fd, buf, len, flags);
@@ -341,6 +362,25 @@ static void note_received_fds(const struct msghdr *msg)
 		uls_fd_clear(fds[i]);
 }
 
+/* TCP_INQ: the bytes left to read, as the kernel adds them to every receive's control. */
+static void add_inq(struct uls_conn *c, int fd, struct msghdr *msg, size_t room)
+{
+	int left = 0;
+
+	if (!msg->msg_control || room < CMSG_LEN(sizeof(int))) {
+		msg->msg_flags |= MSG_CTRUNC;
+		return;
+	}
+	uls_conn_inq(c, fd, &left);
+	struct cmsghdr *cm = (struct cmsghdr *)msg->msg_control;
+	cm->cmsg_level = SOL_TCP;
+	cm->cmsg_type = TCP_CM_INQ;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &left, sizeof(int));
+	msg->msg_controllen = CMSG_SPACE(sizeof(int)) <= room ? CMSG_SPACE(sizeof(int))
+							     : CMSG_LEN(sizeof(int));
+}
+
 ULS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
 	struct uls_conn *c = accel(fd);
@@ -356,9 +396,13 @@ ULS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 			note_received_fds(msg);
 		return r;
 	}
+	size_t room = msg->msg_controllen;
 	msg->msg_namelen = 0;
 	msg->msg_controllen = 0;
-	return uls_ret(uls_conn_recv(c, fd, msg, flags & ~MSG_CMSG_CLOEXEC));
+	ssize_t n = uls_conn_recv(c, fd, msg, flags & ~MSG_CMSG_CLOEXEC);
+	if (n >= 0 && atomic_load(&c->tcp_inq))
+		add_inq(c, fd, msg, room);
+	return uls_ret(n);
 }
 
 ULS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
@@ -378,6 +422,8 @@ ULS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 	}
 	if (!c)
 		return uls_libc.sendmsg(fd, msg, flags);
+	if (flags & MSG_FASTOPEN)
+		return uls_ret(-EISCONN);
 	if (flags & MSG_OOB)
 		return send_urgent(c, fd, msg, flags);
 	return conn_sendv(c, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);
@@ -427,6 +473,15 @@ ULS_EXPORT ssize_t sendfile(int out, int in, off_t *offset, size_t count)
 	char buf[65536];
 	size_t done = 0;
 
+	/* An accelerated socket as the input: the kernel takes one only into a pipe, as a
+	 * splice (and refuses an offset on it), which splice.c serves. */
+	if (!c && accel(in)) {
+		struct stat st;
+		if (offset)
+			return uls_ret(-ESPIPE);
+		if (fstat(out, &st) == 0 && S_ISFIFO(st.st_mode))
+			return splice(in, NULL, out, NULL, count, 0);
+	}
 	if (!c)
 		return uls_libc.sendfile(out, in, offset, count);
 	while (done < count) {

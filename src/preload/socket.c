@@ -227,6 +227,13 @@ ULS_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len
 {
 	uls_ensure_init();
 	struct uls_conn *c;
+
+	/* Receiving by mapping the socket's pages is the kernel's: its bytes must be there. */
+	if (level == IPPROTO_TCP && name == TCP_ZEROCOPY_RECEIVE && (c = waking_conn(fd)) != NULL) {
+		int err = uls_conn_revert(c, fd, 2000);
+		if (err < 0)
+			return (int)uls_ret(err);
+	}
 	int r = uls_libc.getsockopt(fd, level, name, val, len);
 
 	if (r == 0 && level == IPPROTO_TCP && name == TCP_NODELAY && val && len &&
@@ -260,6 +267,13 @@ ULS_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_
 	if (level == SOL_SOCKET && name == SO_RCVLOWAT && val && len >= sizeof(int) &&
 	    (c = waking_conn(fd)) != NULL)
 		return uls_conn_set_rcvlowat(c, fd, *(const int *)val);
+	if (level == IPPROTO_TCP && name == TCP_INQ && val && len >= sizeof(int) &&
+	    (c = waking_conn(fd)) != NULL) {
+		r = uls_libc.setsockopt(fd, level, name, val, len);
+		if (r == 0)
+			atomic_store(&c->tcp_inq, *(const int *)val != 0);
+		return r;
+	}
 	r = uls_libc.setsockopt(fd, level, name, val, len);
 
 	if (r < 0 || level != SOL_SOCKET)
@@ -443,7 +457,11 @@ ULS_EXPORT int dup2(int oldfd, int newfd)
 		uls_own_fd_evict(newfd);
 	before_replace(oldfd, newfd);
 	int r = uls_libc.dup2(oldfd, newfd);
-	return oldfd == newfd ? r : dup_result(oldfd, r);
+	if (oldfd == newfd)
+		return r;
+	dup_result(oldfd, r);
+	uls_stdio_guard(r);
+	return r;
 }
 
 ULS_EXPORT int dup3(int oldfd, int newfd, int flags)
@@ -455,7 +473,9 @@ ULS_EXPORT int dup3(int oldfd, int newfd, int flags)
 		uls_own_fd_evict(newfd);
 		before_replace(oldfd, newfd);
 	}
-	return dup_result(oldfd, uls_libc.dup3(oldfd, newfd, flags));
+	int r = dup_result(oldfd, uls_libc.dup3(oldfd, newfd, flags));
+	uls_stdio_guard(r);
+	return r;
 }
 
 /* ---- closefrom and close_range: around the library's own descriptors ---- */
