@@ -733,6 +733,23 @@ static int wait_tx(struct uls_conn *c, int fd, uint64_t deadline, int *backoff_m
 }
 
 /*
+ * Would this call wait? O_NONBLOCK belongs to the open file, which every process holding
+ * the socket shares: one of them may have changed it since this process last set it.
+ * So for a shared socket the kernel's flag decides, asked only where the call would
+ * otherwise wait or give up (never on a call that moves bytes).
+ */
+static int nonblock_now(struct uls_conn *c, int fd, int flags, int nonblock)
+{
+	if ((flags & MSG_DONTWAIT) || !atomic_load_explicit(&c->shared, memory_order_relaxed))
+		return nonblock;
+	int fl = uls_libc.fcntl(uls_conn_fd(c, fd), F_GETFL);
+	if (fl < 0)
+		return nonblock;
+	atomic_store(&c->nonblock, (fl & O_NONBLOCK) != 0);
+	return (fl & O_NONBLOCK) != 0;
+}
+
+/*
  * Counts bytes for `ulsock stat`. The caller holds the direction's lock, which every
  * thread of this process that counts there takes too, so a plain add cannot lose one.
  */
@@ -881,7 +898,7 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 				return done ? (ssize_t)done : -errno;
 			return (ssize_t)(done + (size_t)n);
 		}
-		if (nonblock) {
+		if (nonblock_now(c, fd, flags, nonblock)) {
 			if (!done)
 				check_tcp_sometimes(c, fd, uls_now_ns());
 			if (!done && atomic_load(&c->peer_gone))
@@ -1193,7 +1210,7 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 			return 0;
 		if (atomic_load(&c->closed))
 			return -EBADF;
-		if (nonblock) {
+		if (nonblock_now(c, fd, flags, nonblock)) {
 			/* A program polling this way never sleeps on the socket: look at TCP
 			 * now and then, or a peer gone without a close would never be seen. */
 			uint64_t seen = atomic_load(&c->tcp_checked);
