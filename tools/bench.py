@@ -58,6 +58,10 @@ def parse_args():
                          "(default %s; balanced with --smoke)" % ",".join(PROFILES))
     ap.add_argument("--build", default=benchlib.default_build_dir(),
                     help="build directory holding bin/ulsock (default %(default)s)")
+    ap.add_argument("--baseline-build", metavar="DIR",
+                    help="also run each profile with the ulsock of this older build (its "
+                         "substrates are named base-PROFILE), interleaved with the others: "
+                         "a before/after comparison in one run")
     ap.add_argument("--json", metavar="FILE", help="write every sample and command here")
     ap.add_argument("--markdown", metavar="FILE",
                     help="write the table and the exact commands here")
@@ -276,6 +280,12 @@ def main():
     benchlib.install_signal_handlers()
     subs = [Substrate(None, args.params["build_dir"])]
     subs += [Substrate(p, args.params["build_dir"]) for p in args.profile_list]
+    if args.baseline_build:
+        base = os.path.abspath(args.baseline_build)
+        for p in args.profile_list:
+            s = Substrate(p, base)
+            s.name = "base-" + p
+            subs.append(s)
     log("bench: %s mode, %d repeats, %s; substrates %s"
         % (args.mode, args.params["repeats"], ",".join(args.names),
            ",".join(s.name for s in subs)))

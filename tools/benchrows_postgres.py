@@ -99,12 +99,6 @@ def _setup(build_dir):
     atexit.register(shutil.rmtree, top, True)
     os.chmod(top, 0o755)
     os.chown(top, uid, gid)
-    # The ulsock command finds its library at ../lib next to itself.
-    for sub, name in (("bin", "ulsock"), ("lib", "libulsock.so")):
-        os.makedirs(os.path.join(top, "ulsock", sub), exist_ok=True)
-        src = os.path.join(build_dir, sub, name)
-        if os.path.exists(src):
-            shutil.copy2(src, os.path.join(top, "ulsock", sub, name))
     data, sock = os.path.join(top, "data"), os.path.join(top, "sock")
     os.mkdir(sock)
     os.chown(sock, uid, gid)
@@ -120,15 +114,30 @@ def _setup(build_dir):
         benchlib.run(pre + _pgbench_argv(port, ["-i", "-s", "1", "-q"]), _env(top), 120)
     finally:
         _stop(p)
-    _cluster.update(pre=pre, top=top, data=data, sock=sock,
-                    build=os.path.join(top, "ulsock"))
+    _cluster.update(pre=pre, top=top, data=data, sock=sock, builds={})
     return _cluster
+
+
+def _readable_build(c, build_dir):
+    """A copy of build_dir's ulsock command and library that the server's user can read
+    (the command finds its library at ../lib next to itself), one per build."""
+    build_dir = os.path.abspath(build_dir)
+    if build_dir not in c["builds"]:
+        dst = os.path.join(c["top"], "ulsock%d" % len(c["builds"]))
+        for sub, name in (("bin", "ulsock"), ("lib", "libulsock.so")):
+            os.makedirs(os.path.join(dst, sub), exist_ok=True)
+            src = os.path.join(build_dir, sub, name)
+            if os.path.exists(src):
+                shutil.copy2(src, os.path.join(dst, sub, name))
+        c["builds"][build_dir] = dst
+    return c["builds"][build_dir]
 
 
 def pgbench_select(sub, params, record):
     c = _setup(params["build_dir"])
-    # The same substrate, with the copy of ulsock the server's user can read.
-    s = benchlib.Substrate(sub.profile, c["build"])
+    # The same substrate, with a copy of its ulsock the server's user can read.
+    s = benchlib.Substrate(sub.profile,
+                           _readable_build(c, os.path.dirname(os.path.dirname(sub.ulsock))))
     secs = max(1, int(params["seconds"]))
     port = benchlib.free_port()
     server = c["pre"] + s.wrap(_server_argv(c["data"], c["sock"], port))

@@ -116,11 +116,13 @@ void uls_conn_unhold(struct uls_conn *c)
 	if (atomic_fetch_sub(&c->life, 1) != 1)
 		return;
 	if (atomic_load(&c->kept)) {
-		/* The last call a close overtook ended: the close happens now (kept_for_calls). */
-		int rc, err;
-		close_last(c, c->kept_fd, 1, &rc, &err);
+		/* The last call a close overtook ended: the close happens now (kept_for_calls).
+		 * The number leaves the library's own before it is closed, so that a file the
+		 * program opens on it next is the program's. */
+		int rc, err, fd = c->kept_fd;
 		atomic_store(&c->kept, 0);
 		uls_own_fd_forget(&c->kept_fd);
+		close_last(c, fd, 1, &rc, &err);
 	}
 	conn_destroy(c);
 }
