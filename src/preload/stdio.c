@@ -42,9 +42,12 @@ void uls_stdio_guard(int fd)
 
 	if (fd < 0 || fd > 2 || !(c = accelerated(fd)))
 		return;
+	/* Best effort: a connection that cannot move yet (its peer's first bytes, sent
+	 * before the switch, are still unread: EBUSY) keeps working through ulsock for every
+	 * call but stdio's. */
 	int r = uls_conn_revert(c, fd, 2000);
 	if (r < 0)
-		uls_err("fd=%d: a standard stream, but it could not move back to kernel TCP: %s",
+		uls_dbg("fd=%d: a standard stream, but it could not move back to kernel TCP: %s",
 			fd, strerror(-r));
 }
 

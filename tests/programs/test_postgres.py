@@ -92,8 +92,9 @@ class UserEnd(End):
     def wrap(self, argv):
         pre = []
         if self.user:
+            # From a directory that user can enter (the test's may be under /root).
             pre = ["setpriv", "--reuid", self.user, "--regid", self.user, "--init-groups",
-                   "--"]
+                   "--", "env", "-C", self.home or "/"]
         if self.accelerated:
             return pre + [self.ulsock, "run", "--"] + list(argv)
         return pre + list(argv)
