@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from proglib import (End, assert_fast_path, assert_kernel_path, both_ulsock,
+from proglib import (ULSOCK, End, assert_fast_path, assert_kernel_path, both_ulsock,
                      free_port, one_plain, port_of, require)
 from weblib import (FILES, WRITE_OUT, WRITE_OUT_LINE, check_downloads, curl, file_sha256,
                     get_args, make_files, sha256, stat_rows, wrk_result, wrk_start)
@@ -365,6 +365,25 @@ def world_dir(tmp_path):
     return d
 
 
+class WorldEnd(End):
+    """An end whose `ulsock run` and library are copies in base, which any user can read
+    (the build may sit under a home directory only root can enter, as /root is)."""
+
+    def __init__(self, name, log_path, base):
+        super().__init__(name, True, None, log_path)
+        top = Path(base) / "ulsock"
+        lib = os.path.join(os.path.dirname(os.path.dirname(ULSOCK)), "lib", "libulsock.so")
+        for sub, src in (("bin", ULSOCK), ("lib", lib)):
+            (top / sub).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, top / sub / os.path.basename(src))
+        for p in [top] + list(top.rglob("*")):
+            os.chmod(p, 0o755)
+        self.ulsock = str(top / "bin" / "ulsock")
+
+    def wrap(self, argv):
+        return [self.ulsock, "run", "--"] + list(argv)
+
+
 @pytest.mark.parametrize("client_user", ["root", "nobody"])
 def test_workers_of_another_user(harness, make_end, tmp_path, client_user):
     """nginx started by root with `user nobody`: the master loads ulsock as root, then
@@ -388,7 +407,7 @@ def test_workers_of_another_user(harness, make_end, tmp_path, client_user):
         client_log = Path(base) / "client.ulsock.log"
         client_log.touch()
         os.chmod(client_log, 0o666)
-        client_end = End("client", True, None, client_log)
+        client_end = WorldEnd("client", client_log, base)
         nginx = Nginx(harness, server_end, Path(base), user=("nobody", group))
         for name in SERVE:
             os.chmod(nginx.www / name, 0o644)
