@@ -15,6 +15,7 @@
 #include "conn.h"
 #include "conn_io.h"
 #include "cpu.h"
+#include "fence.h"
 #include "log.h"
 #include "shmlock.h"
 #include "../preload/libc.h"
@@ -37,6 +38,8 @@ static uint64_t tcp_consumed(struct uls_conn *c)
 }
 
 #define REVERT_IO_MS 5000
+/* How long a revert waits for the peer's own call before it acts for an idle peer. */
+#define ASSIST_AFTER_NS 50000000u
 
 static int wait_fd(int fd, short events, uint64_t deadline)
 {
@@ -161,6 +164,10 @@ static int tx_revert(struct uls_conn *c, int fd, uint64_t ring_end)
 		}
 		pos += n;
 	}
+	/* This side had shut down writing on the ring: its end of stream moves to TCP too,
+	 * as the FIN the reader will wait for there. */
+	if (atomic_load(&c->tx->sh->prod.eof))
+		uls_libc.shutdown(uls_conn_fd(c, fd), SHUT_WR);
 	maybe_all_kernel(c, fd);
 	return 0;
 }
@@ -256,6 +263,54 @@ int uls_conn_tx_to_kernel(struct uls_conn *c, int fd)
 	return r;
 }
 
+/*
+ * The peer makes no call on the connection (it waits on something else, or for this
+ * very process): this side moves the peer's sending direction to TCP for it, which
+ * needs nothing of the peer's kernel socket when no byte the peer put on the ring is
+ * unread here and the peer has not shut down writing. Every flag of the peer's
+ * direction lives in the segment, so its next send finds itself on TCP. The peer's send
+ * path is held off first: its lock (a solo call in progress, which would not take it,
+ * is excluded the way uls_conn_join_side excludes one), then its token lock, as its
+ * own revert takes them. Caller holds this side's receive lock. Returns 1 when done.
+ */
+static int assist_idle_peer(struct uls_conn *c, int fd)
+{
+	struct uls_side *p = c->peer;
+	int done = 0;
+
+	if (atomic_load(&c->rx->sh->prod.tail) != atomic_load(&c->rx->sh->cons.head) ||
+	    atomic_load(&c->rx->sh->prod.eof))
+		return 0;
+	atomic_store(&p->multi, 1);
+	uls_fence_global();
+	if (atomic_load(&p->solo_busy[TXL]) ||
+	    !uls_shmlock_try(&p->lock[TXL], &p->lock_owner[TXL]))
+		return 0;
+	if (uls_shmlock_try(&p->token_lock, &p->token_owner)) {
+		uint64_t tail = atomic_load(&c->rx->sh->prod.tail);
+		if (tail == atomic_load(&c->rx->sh->cons.head) && !atomic_load(&p->tx_reverted)) {
+			/* From here the peer sends no wake-up; this side's readers of the ones
+			 * before it back off (uls_token_read_begin) or finish. */
+			atomic_store(&p->tokens_closed, 1);
+			uint64_t until = uls_now_ns() + 100000000u;
+			while (atomic_load(&c->me->token_readers) && uls_now_ns() < until)
+				sched_yield();
+			uint64_t tcp = atomic_load(&p->tokens_sent);
+			if (c->role == ULS_SERVER)
+				tcp += atomic_load(&p->tcp_data);
+			atomic_store(&p->revert_ring_end, tail);
+			atomic_store(&p->revert_tcp_pos, tcp);
+			atomic_store_explicit(&p->tx_reverted, 1, memory_order_seq_cst);
+			done = 1;
+		}
+		uls_shmlock_release(&p->token_lock, &p->token_owner);
+	}
+	uls_shmlock_release(&p->lock[TXL], &p->lock_owner[TXL]);
+	if (done)
+		uls_dbg("fd=%d: the idle peer's sending direction moved back to TCP for it", fd);
+	return done;
+}
+
 int uls_conn_atmark(struct uls_conn *c, int fd, int *out)
 {
 	int r = 0;
@@ -318,6 +373,7 @@ int uls_conn_revert(struct uls_conn *c, int fd, int timeout_ms)
 	 * and this thread the one that would serve it: then it is served here. */
 	int pfd = -1;
 	struct uls_conn *local = uls_conn_local_peer(c, &pfd);
+	uint64_t assist_at = uls_now_ns() + ASSIST_AFTER_NS;
 	while (!atomic_load_explicit(&c->peer->tx_reverted, memory_order_acquire)) {
 		struct timespec ts = {0, 1000000};
 		if (uls_now_ns() >= deadline || atomic_load(&c->broken)) {
@@ -328,6 +384,9 @@ int uls_conn_revert(struct uls_conn *c, int fd, int timeout_ms)
 			uls_revert_serve(local, pfd);
 			uls_conn_unhold(local);
 		}
+		/* A peer that makes no call has its direction moved for it, when it can. */
+		if (uls_now_ns() >= assist_at && assist_idle_peer(c, fd))
+			break;
 		nanosleep(&ts, NULL);
 	}
 	r = uls_revert_rx_back(c, fd);

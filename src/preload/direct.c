@@ -23,6 +23,7 @@
 #include <linux/aio_abi.h>
 #include <linux/seccomp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
@@ -245,6 +246,16 @@ static long raw_fork(void)
 	return pid;
 }
 
+/* The clone system call as a fork (no CLONE_VM, no stack): fork's handlers around it. */
+static long raw_clone_fork(long flags, long ptid, long ctid, long tls)
+{
+	uls_atfork_prepare();
+	long pid = uls_raw_syscall(SYS_clone, flags, 0, ptid, ctid, tls, 0);
+	if (pid == 0)
+		uls_atfork_child();
+	return pid;
+}
+
 /* ---- io_uring through liburing ---- */
 
 /*
@@ -405,7 +416,17 @@ static long dispatch(long nr, long a, long b, long c, long d, long e, long f, in
 		kernel_aio_leaves(b, (struct iocb **)c);
 		break;
 	case SYS_fork:
+	case SYS_vfork: /* a vfork may be a fork; one made here could not return to the caller */
 		return raw_fork();
+	case SYS_clone:
+		/* Without CLONE_VM and a stack of its own, a fork with flags: fork's handlers. */
+		if (!(a & CLONE_VM) && !b)
+			return raw_clone_fork(a, c, d, e);
+		break;
+	case SYS_execve:
+		return execve((const char *)a, (char *const *)b, (char *const *)c);
+	case SYS_execveat:
+		return execveat((int)a, (const char *)b, (char *const *)c, (char *const *)d, (int)e);
 	case SYS_pidfd_getfd:
 		return pidfd_getfd((int)a, (int)b, (unsigned)c);
 	case SYS_io_uring_setup:

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <dirent.h>
 #include <limits.h>
+#include <poll.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -71,6 +72,15 @@ static ssize_t conn_send_buf(struct uls_conn *c, int fd, const void *buf, size_t
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
 
 	return conn_sendv(c, fd, &iov, 1, flags);
+}
+
+/* MSG_FASTOPEN on a connected socket fails (EISCONN, or EOPNOTSUPP with fast open off):
+ * the kernel says which, on a send of no bytes. */
+static ssize_t fastopen_refused(int fd)
+{
+	if (uls_libc.send(fd, "", 0, MSG_FASTOPEN | MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+		return -1;
+	return uls_ret(-EISCONN);
 }
 
 /* Receives the kernel serves itself: urgent data and the error queue never use the ring. */
@@ -161,7 +171,7 @@ ULS_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
 	if (!c)
 		return uls_libc.send(fd, buf, len, flags);
 	if (flags & MSG_FASTOPEN)
-		return uls_ret(-EISCONN); /* connected already: the kernel's answer */
+		return fastopen_refused(fd);
 	if (flags & MSG_OOB)
 		return send_urgent_buf(c, fd, buf, len, flags);
 	return conn_send_buf(c, fd, buf, len, flags);
@@ -190,7 +200,7 @@ ULS_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
 	if (!c)
 		return uls_libc.sendto(fd, buf, len, flags, addr, alen);
 	if (flags & MSG_FASTOPEN)
-		return uls_ret(-EISCONN); /* connected already: the kernel's answer */
+		return fastopen_refused(fd);
 	if (flags & MSG_OOB)
 		return send_urgent_buf(c, fd, buf, len, flags);
 	return conn_send_buf(c, fd, buf, len, flags);
@@ -372,6 +382,9 @@ static void add_inq(struct uls_conn *c, int fd, struct msghdr *msg, size_t room)
 		return;
 	}
 	uls_conn_inq(c, fd, &left);
+	/* The kernel counts the peer's FIN as a byte still to read (tcp_inq). */
+	if (uls_conn_ready(c, POLLRDHUP) & POLLRDHUP)
+		left++;
 	struct cmsghdr *cm = (struct cmsghdr *)msg->msg_control;
 	cm->cmsg_level = SOL_TCP;
 	cm->cmsg_type = TCP_CM_INQ;
@@ -397,11 +410,17 @@ ULS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 		return r;
 	}
 	size_t room = msg->msg_controllen;
+	socklen_t namelen = msg->msg_namelen;
 	msg->msg_namelen = 0;
 	msg->msg_controllen = 0;
 	ssize_t n = uls_conn_recv(c, fd, msg, flags & ~MSG_CMSG_CLOEXEC);
-	if (n >= 0 && atomic_load(&c->tcp_inq))
+	if (n < 0) {
+		/* A failed receive leaves the message header as the program set it. */
+		msg->msg_namelen = namelen;
+		msg->msg_controllen = room;
+	} else if (atomic_load(&c->tcp_inq)) {
 		add_inq(c, fd, msg, room);
+	}
 	return uls_ret(n);
 }
 
@@ -423,7 +442,7 @@ ULS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 	if (!c)
 		return uls_libc.sendmsg(fd, msg, flags);
 	if (flags & MSG_FASTOPEN)
-		return uls_ret(-EISCONN);
+		return fastopen_refused(fd);
 	if (flags & MSG_OOB)
 		return send_urgent(c, fd, msg, flags);
 	return conn_sendv(c, fd, msg->msg_iov, (int)msg->msg_iovlen, flags);

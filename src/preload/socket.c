@@ -357,8 +357,10 @@ ULS_EXPORT int fcntl(int fd, int cmd, ...)
 		return r;
 	if (cmd == F_SETFL)
 		set_nonblock(fd, (arg & O_NONBLOCK) != 0);
-	else if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
+	else if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) {
 		dup_result(fd, r);
+		uls_stdio_guard(r);
+	}
 	return r;
 }
 
@@ -402,7 +404,9 @@ ULS_EXPORT int dup(int fd)
 	uls_ensure_init();
 	if (uls_vfork_child())
 		return uls_libc.dup(fd);
-	return dup_result(fd, uls_libc.dup(fd));
+	int r = dup_result(fd, uls_libc.dup(fd));
+	uls_stdio_guard(r); /* close(0); dup(sock): inetd's way onto standard input */
+	return r;
 }
 
 /*

@@ -604,14 +604,15 @@ static inline void calls_greet(int fd)
 	CHECK_EQ(c, 'G');
 }
 
-/* Returns in both processes; pair->child tells which one this is. */
-static inline void calls_pair_open(struct calls_pair *p, int family)
+/*
+ * Forks the pair's client with the sync pipes in place; the child closes the listener
+ * `lfd`. Returns in both processes; pair->child tells which one this is. The caller
+ * connects (child) and accepts (parent).
+ */
+static inline void calls_pair_fork(struct calls_pair *p, int lfd)
 {
 	int to_child[2], to_parent[2];
-	int lfd;
 
-	calls_require_family(family);
-	lfd = calls_listen(family, &p->server, "shm");
 	CHECK(pipe2(to_child, O_CLOEXEC) == 0);
 	CHECK(pipe2(to_parent, O_CLOEXEC) == 0);
 	p->child = fork();
@@ -623,17 +624,48 @@ static inline void calls_pair_open(struct calls_pair *p, int family)
 		close(to_parent[0]);
 		p->sync_rd = to_child[0];
 		p->sync_wr = to_parent[1];
-		p->fd = calls_connect(&p->server);
-		calls_greet(p->fd);
 		return;
 	}
 	close(to_child[0]);
 	close(to_parent[1]);
 	p->sync_rd = to_parent[0];
 	p->sync_wr = to_child[1];
+}
+
+/* Returns in both processes; pair->child tells which one this is. */
+static inline void calls_pair_open(struct calls_pair *p, int family)
+{
+	int lfd;
+
+	calls_require_family(family);
+	lfd = calls_listen(family, &p->server, "shm");
+	calls_pair_fork(p, lfd);
+	if (p->child == 0) {
+		p->fd = calls_connect(&p->server);
+		calls_greet(p->fd);
+		return;
+	}
 	p->fd = calls_accept(lfd);
 	close(lfd);
 	calls_greet(p->fd);
+}
+
+/* A copy of the environment without LD_PRELOAD (the caller execs; nothing is freed). */
+static inline char **calls_env_without_preload(void)
+{
+	extern char **environ;
+	size_t n = 0, k = 0;
+	char **env;
+
+	while (environ[n])
+		n++;
+	env = calloc(n + 1, sizeof(*env));
+	CHECK(env != NULL);
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], "LD_PRELOAD=", 11) != 0)
+			env[k++] = environ[i];
+	env[k] = NULL;
+	return env;
 }
 
 static inline void calls_post(struct calls_pair *p, char c)

@@ -314,23 +314,6 @@ static void case_fork_exit(CALLS_ARGS)
 
 /* ---- exec ---------------------------------------------------------------------------------- */
 
-/* A copy of the environment without LD_PRELOAD (the caller frees nothing: it execs). */
-static char **env_without_preload(void)
-{
-	size_t n = 0, k = 0;
-	char **env;
-
-	while (environ[n])
-		n++;
-	env = calloc(n + 1, sizeof(*env));
-	CHECK(env != NULL);
-	for (size_t i = 0; i < n; i++)
-		if (strncmp(environ[i], "LD_PRELOAD=", 11) != 0)
-			env[k++] = environ[i];
-	env[k] = NULL;
-	return env;
-}
-
 /* Execs this program's case `name` with one numeric argument. */
 static __attribute__((noreturn)) void exec_self(const char *name, int arg, int plain)
 {
@@ -338,7 +321,7 @@ static __attribute__((noreturn)) void exec_self(const char *name, int arg, int p
 	char *args[] = {"calls_fdlife", (char *)name, num, NULL};
 
 	snprintf(num, sizeof(num), "%d", arg);
-	execve("/proc/self/exe", args, plain ? env_without_preload() : environ);
+	execve("/proc/self/exe", args, plain ? calls_env_without_preload() : environ);
 	calls_fail(__FILE__, __LINE__, "execve", errno);
 }
 
@@ -406,7 +389,7 @@ static void exec_case(int plain)
 			char num[16];
 			char *args[] = {"calls_fdlife", "exec_child", num, "plain", NULL};
 			snprintf(num, sizeof(num), "%d", p.fd);
-			execve("/proc/self/exe", args, env_without_preload());
+			execve("/proc/self/exe", args, calls_env_without_preload());
 			calls_fail(__FILE__, __LINE__, "execve", errno);
 		}
 		exec_self("exec_child", p.fd, 0);
@@ -805,7 +788,7 @@ static void case_spawn_plain(CALLS_ARGS)
 		calls_write_all(p.fd, "pre", 3);
 		snprintf(num, sizeof(num), "%d", p.fd);
 		CHECK(posix_spawn(&pid, "/proc/self/exe", NULL, NULL, args,
-				  env_without_preload()) == 0);
+				  calls_env_without_preload()) == 0);
 		CHECK(waitpid(pid, &st, 0) == pid);
 		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 		calls_pair_close(&p);
