@@ -124,9 +124,16 @@ def run_client(harness, end, mode, port):
 
 def check_server(proc, mode):
     """Every connection of the net_server behind haproxy ended well, with the right
-    byte counts (the sink's answer is 'SINK <count> <16 hex>\\n')."""
-    text = proc.text()
-    rows = [ln for ln in text.splitlines() if ln.startswith("CONN ")]
+    byte counts (the sink's answer is 'SINK <count> <16 hex>\\n'). The server writes a
+    connection's line once it has seen haproxy close it, which may be just after haproxy
+    logged the session."""
+    deadline = time.monotonic() + 10
+    while True:
+        text = proc.text()
+        rows = [ln for ln in text.splitlines() if ln.startswith("CONN ")]
+        if len(rows) >= CONNS or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert len(rows) == CONNS, "net_server %s saw %d connections:\n%s" % (mode, len(rows),
                                                                            text[-3000:])
     reply = len("SINK %d " % NBYTES) + 17
