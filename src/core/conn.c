@@ -301,6 +301,11 @@ struct uls_conn *uls_conn_connect_prepare(int fd, const struct sockaddr *dst, ui
 		snprintf(reason, rlen, "fstat failed: %s", strerror(errno));
 		return NULL;
 	}
+	int fl = uls_libc.fcntl(fd, F_GETFL);
+	if (fl >= 0 && (fl & O_ASYNC)) { /* uls_conn_async */
+		snprintf(reason, rlen, "O_ASYNC is set: signal-driven I/O is kernel TCP's");
+		return NULL;
+	}
 	c = uls_conn_alloc();
 	if (!c) {
 		snprintf(reason, rlen, "out of memory");

@@ -96,6 +96,8 @@ struct uls_conn {
 	 */
 	_Atomic int rcvlowat;
 	_Atomic int solo_hold; /* a signal handler's close held the conn for a solo call */
+	/* O_ASYNC came while the connection could not move back yet (uls_conn_async). */
+	_Atomic int revert_owed;
 	_Atomic int on_rings; /* kernel_parts found both directions on the rings (cache) */
 	_Atomic int nodelay_forced; /* this process set TCP_NODELAY for wake-ups (under mu) */
 	struct uls_stat_rec *stat;
@@ -169,6 +171,15 @@ int uls_conn_shutdown(struct uls_conn *c, int fd, int how);
  * (-ETIMEDOUT when the peer did not answer in time, -EBUSY when it cannot be done).
  */
 int uls_conn_revert(struct uls_conn *c, int fd, int timeout_ms);
+/*
+ * O_ASYNC or FIOASYNC was set on fd: signal-driven I/O is the kernel's (a signal for every
+ * arrival), so the connection moves back to kernel TCP. A server that has not yet read the
+ * client's bytes from before the switch moves at the receive that reads past them
+ * (uls_conn_revert_owed, called with c->revert_owed set); until then the first arrival on
+ * the ring still makes the kernel raise the signal.
+ */
+void uls_conn_async(struct uls_conn *c, int fd);
+void uls_conn_revert_owed(struct uls_conn *c, int fd);
 /*
  * Moves only this side's sending direction back to kernel TCP (before urgent data, which
  * the kernel then sends). Needs nothing of the peer. Returns 0 or -errno.

@@ -1371,6 +1371,8 @@ ssize_t uls_conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags)
 	if (solo) {
 		n = conn_recv(c, fd, msg, flags);
 		solo_end(c);
+		if (__builtin_expect(atomic_load_explicit(&c->revert_owed, memory_order_relaxed), 0))
+			uls_conn_revert_owed(c, fd);
 		return cut_off(c, fd) ? -ECONNRESET : n;
 	}
 	if (!uls_conn_hold(c))
@@ -1378,6 +1380,8 @@ ssize_t uls_conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags)
 	n = conn_recv(c, fd, msg, flags);
 	if (cut_off(c, fd))
 		n = -ECONNRESET;
+	else if (atomic_load_explicit(&c->revert_owed, memory_order_relaxed))
+		uls_conn_revert_owed(c, fd);
 	uls_conn_unhold(c);
 	return n;
 }

@@ -334,7 +334,26 @@ int uls_conn_atmark(struct uls_conn *c, int fd, int *out)
 	return uls_libc.ioctl(uls_conn_fd(c, fd), SIOCATMARK, out) < 0 ? -errno : 0;
 }
 
-int uls_conn_revert(struct uls_conn *c, int fd, int timeout_ms)
+/*
+ * Takes both directions' locks; with try, only if both are free at once: a receive that
+ * owes a revert may run in a signal handler that interrupted this thread's own send.
+ */
+static int lock_both(struct uls_conn *c, int try)
+{
+	if (!try) {
+		uls_conn_lock(c, RXL);
+		uls_conn_lock(c, TXL);
+		return 1;
+	}
+	if (!uls_conn_trylock(c, RXL))
+		return 0;
+	if (uls_conn_trylock(c, TXL))
+		return 1;
+	uls_conn_unlock(c, RXL);
+	return 0;
+}
+
+static int revert(struct uls_conn *c, int fd, int timeout_ms, int try)
 {
 	uint64_t deadline = uls_now_ns() + (uint64_t)timeout_ms * 1000000u;
 	int r = 0;
@@ -343,8 +362,10 @@ int uls_conn_revert(struct uls_conn *c, int fd, int timeout_ms)
 		return 0;
 	if (!uls_conn_hold(c))
 		return -EBADF;
-	uls_conn_lock(c, RXL);
-	uls_conn_lock(c, TXL);
+	if (!lock_both(c, try)) {
+		uls_conn_unhold(c);
+		return -EAGAIN;
+	}
 	if (c->role == ULS_SERVER && atomic_load(&c->peer->switched) &&
 	    atomic_load(&c->me->tcp_data) < atomic_load(&c->peer->switch_pos)) {
 		/* Unread TCP data would sit in front of wake-up bytes in the kernel's queue. */
@@ -402,4 +423,47 @@ out:
 	uls_conn_unlock(c, RXL);
 	uls_conn_unhold(c);
 	return r;
+}
+
+int uls_conn_revert(struct uls_conn *c, int fd, int timeout_ms)
+{
+	return revert(c, fd, timeout_ms, 0);
+}
+
+#define WHY_ASYNC "O_ASYNC (signal-driven I/O)"
+
+void uls_conn_async(struct uls_conn *c, int fd)
+{
+	if (!c->seg.hdr || atomic_load(&c->path) == ULS_PATH_KERNEL)
+		return;
+	uls_info("fd=%d: %s: the connection moves back to kernel TCP", fd, WHY_ASYNC);
+	int r = revert(c, fd, 2000, 0);
+	if (r == -EBUSY) {
+		/* The client's first bytes, unread, sit in front of the wake-ups on TCP. */
+		atomic_store(&c->revert_owed, 1);
+		atomic_fetch_or(&c->rx->sh->cons.want_data, ULS_WANT_TOKEN);
+		uls_fence_heavy(&c->peer->light_fence);
+		uls_dbg("fd=%d: it moves once the client's bytes from before the switch are read",
+			fd);
+	} else if (r < 0) {
+		uls_err("fd=%d: %s, but it could not move back to kernel TCP: %s", fd, WHY_ASYNC,
+			strerror(-r));
+	}
+}
+
+void uls_conn_revert_owed(struct uls_conn *c, int fd)
+{
+	if (c->role == ULS_SERVER && atomic_load(&c->peer->switched) &&
+	    atomic_load(&c->me->tcp_data) < atomic_load(&c->peer->switch_pos))
+		return; /* still unread: not yet */
+	if (!atomic_exchange(&c->revert_owed, 0))
+		return;
+	int r = revert(c, fd, 2000, 1);
+	if (r == -EAGAIN || r == -EBUSY) {
+		atomic_store(&c->revert_owed, 1); /* the next receive tries again */
+		atomic_fetch_or(&c->rx->sh->cons.want_data, ULS_WANT_TOKEN);
+	} else if (r < 0 && r != -EBADF) { /* EBADF: closed meanwhile */
+		uls_err("fd=%d: %s, but it could not move back to kernel TCP: %s", fd, WHY_ASYNC,
+			strerror(-r));
+	}
 }

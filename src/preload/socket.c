@@ -348,6 +348,7 @@ ULS_EXPORT int fcntl(int fd, int cmd, ...)
 	va_list ap;
 	long arg;
 	int r;
+	struct uls_conn *c;
 
 	va_start(ap, cmd);
 	arg = va_arg(ap, long);
@@ -355,8 +356,11 @@ ULS_EXPORT int fcntl(int fd, int cmd, ...)
 	r = uls_libc.fcntl(fd, cmd, arg);
 	if (r < 0 || uls_vfork_child())
 		return r;
-	if (cmd == F_SETFL)
+	if (cmd == F_SETFL) {
 		set_nonblock(fd, (arg & O_NONBLOCK) != 0);
+		if ((arg & O_ASYNC) && (c = waking_conn(fd)) != NULL)
+			uls_conn_async(c, fd);
+	}
 	else if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) {
 		dup_result(fd, r);
 		uls_stdio_guard(r);
@@ -396,6 +400,8 @@ ULS_EXPORT int ioctl(int fd, unsigned long req, ...)
 	int r = uls_libc.ioctl(fd, req, arg);
 	if (r == 0 && req == FIONBIO && arg)
 		set_nonblock(fd, *(int *)arg != 0);
+	if (r == 0 && req == FIOASYNC && arg && *(int *)arg && (c = waking_conn(fd)) != NULL)
+		uls_conn_async(c, fd);
 	return r;
 }
 

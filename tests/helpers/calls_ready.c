@@ -25,6 +25,11 @@
  */
 static int async_msgs = 64;
 static int async_small;
+/* The receiver reads exactly what FIONREAD reports, never to EAGAIN; the sender ends the
+ * stream only after the receiver has it all (the FIN raises a signal of its own). */
+static int async_exact;
+/* Stream bytes the sender put before the receiver armed O_ASYNC (async_unread). */
+static uint64_t async_pre;
 /* A signal the kernel raises at once; waiting longer than this is a hang. */
 #define ASYNC_WAIT_S 5
 
@@ -37,7 +42,7 @@ static size_t async_msg_len(int i)
 
 static uint64_t async_total(void)
 {
-	uint64_t t = 0;
+	uint64_t t = async_pre;
 
 	for (int i = 0; i < async_msgs; i++)
 		t += async_msg_len(i);
@@ -47,7 +52,7 @@ static uint64_t async_total(void)
 /* The peer: waits until the receiver armed its signals, streams, then shuts down. */
 static __attribute__((noreturn)) void async_sender(struct calls_pair *p)
 {
-	uint64_t off = 0;
+	uint64_t off = async_pre;
 
 	calls_await(p);
 	for (int i = 0; i < async_msgs; i++) {
@@ -57,6 +62,8 @@ static __attribute__((noreturn)) void async_sender(struct calls_pair *p)
 		if (async_small || i % 4 == 3)
 			calls_sleep_ms(async_small ? 1 : 3);
 	}
+	if (async_exact)
+		calls_await(p);
 	CHECK(shutdown(p->fd, SHUT_WR) == 0);
 	calls_await(p);
 	calls_pair_close(p);
@@ -136,6 +143,37 @@ static void async_receive(struct async_rx *rx)
 	if (rx->rtsig)
 		CHECK(rx->with_info > 0);
 	CHECK(rx->signals > 0);
+}
+
+/*
+ * The receiver that takes exactly what FIONREAD reports after each signal: it never meets
+ * EAGAIN, so every arrival after the first read must raise a signal of its own, as the
+ * kernel raises one per arrival. The sender waits for its post before the FIN.
+ */
+static void async_receive_exact(struct async_rx *rx, struct calls_pair *p)
+{
+	static unsigned char buf[65536];
+	siginfo_t si;
+
+	while (rx->got < async_total()) {
+		async_wait(rx, &si);
+		rx->signals++;
+		int n = 0;
+		CHECK(ioctl(rx->fd, FIONREAD, &n) == 0);
+		CHECK(n >= 0 && (uint64_t)n <= async_total() - rx->got);
+		while (n > 0) {
+			ssize_t r = recv(rx->fd, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf),
+					 0);
+			CHECK(r > 0);
+			CHECK_PAT(buf, rx->got, (size_t)r, SEED_ASYNC);
+			rx->got += (uint64_t)r;
+			n -= (int)r;
+		}
+	}
+	calls_post(p, 'g');
+	/* Then the end of the stream, announced by a signal too. */
+	async_wait(rx, &si);
+	CHECK_EQ(recv(rx->fd, buf, 1, 0), 0);
 }
 
 /* Blocks SIG in the calling thread and makes it the only member of rx->set. */
@@ -240,14 +278,14 @@ static void case_async_small(CALLS_ARGS)
 /*
  * O_ASYNC armed on the connecting side before connect(): the signals that come with the
  * connection's set-up are taken like any other, and the stream from the accepting side
- * arrives whole.
+ * arrives whole. Under ulsock such a socket stays on kernel TCP, with the reason logged.
  */
 static void case_async_connect(CALLS_ARGS)
 {
 	struct calls_pair p = {0};
 	struct async_rx rx = {0};
 	int to_child[2], to_parent[2];
-	int lfd = calls_listen(AF_INET, &p.server, "shm");
+	int lfd = calls_listen(AF_INET, &p.server, "kernel");
 
 	CHECK(pipe2(to_child, O_CLOEXEC) == 0);
 	CHECK(pipe2(to_parent, O_CLOEXEC) == 0);
@@ -422,6 +460,68 @@ static void case_async_fresh(CALLS_ARGS)
 	CHECK_EQ(rx->got, async_total());
 	calls_post(&p, 'e');
 	calls_pair_close(&p);
+}
+
+/* Arms SIGIO to this process on the receiver's side and takes the stream exactly. */
+static void async_exact_run(struct calls_pair *p, struct async_rx *rx)
+{
+	CHECK(fcntl(p->fd, F_SETOWN, getpid()) == 0);
+	async_setfl(p->fd);
+	rx->fd = p->fd;
+	calls_post(p, 'a');
+	async_receive_exact(rx, p);
+	calls_post(p, 'e');
+	calls_pair_close(p);
+}
+
+/*
+ * A signal for every arrival: the receiver reads exactly the bytes FIONREAD reports after
+ * each signal and never reads until EAGAIN, so no later arrival is announced by anything
+ * but its own signal (a signal-driven server that knows its message lengths).
+ */
+static void case_async_exact(CALLS_ARGS)
+{
+	struct calls_pair p;
+	struct async_rx rx = {0};
+
+	async_exact = 1;
+	calls_pair_open(&p, AF_INET);
+	if (p.child == 0)
+		async_sender(&p);
+	async_block(&rx, SIGIO);
+	async_exact_run(&p, &rx);
+}
+
+/*
+ * O_ASYNC armed while the client's first bytes, sent before the server accepted, are still
+ * unread and the client has sent more since (so on a ring): the first signal comes with the
+ * stream, and the receiver (reading exactly FIONREAD's count) gets every byte in order.
+ */
+static void case_async_unread(CALLS_ARGS)
+{
+	struct calls_pair p = {0};
+	struct async_rx rx = {0};
+	int lfd = calls_listen(AF_INET, &p.server, "shm");
+
+	async_exact = 1;
+	async_pre = 20;
+	calls_pair_fork(&p, lfd);
+	if (p.child == 0) {
+		p.fd = calls_connect(&p.server);
+		calls_send_pat(p.fd, 0, 10, SEED_ASYNC); /* before the accept: on TCP */
+		calls_post(&p, 'c');
+		calls_await(&p);
+		calls_send_pat(p.fd, 10, 10, SEED_ASYNC); /* after it: on the ring */
+		calls_post(&p, 'w');
+		async_sender(&p);
+	}
+	async_block(&rx, SIGIO);
+	calls_await(&p);
+	p.fd = calls_accept(lfd);
+	close(lfd);
+	calls_post(&p, 's');
+	calls_await(&p);
+	async_exact_run(&p, &rx);
 }
 
 /* ---- SO_RCVLOWAT, SO_SNDLOWAT ---------------------------------------------------------------- */
@@ -902,6 +1002,8 @@ static const struct calls_case cases[] = {
 	{"async_fresh", case_async_fresh},
 	{"async_small", case_async_small},
 	{"async_connect", case_async_connect},
+	{"async_exact", case_async_exact},
+	{"async_unread", case_async_unread},
 	{"rcvlowat", case_rcvlowat},
 	{"rcvlowat_recv", case_rcvlowat_recv},
 	{"lowat_opts", case_lowat_opts},

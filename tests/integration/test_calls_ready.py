@@ -3,7 +3,8 @@ signals, SO_RCVLOWAT/SO_SNDLOWAT, what a send meets after the peer closed, and e
 over thousands of ready descriptors.
 
 Every case runs plain (the kernel is the oracle) and under `ulsock run`, where the
-connections must be path=shm.
+connections must start path=shm (O_ASYNC then moves them back to kernel TCP in place), except
+async_connect's, which must stay path=kernel with a reason.
 """
 
 import pytest
@@ -22,7 +23,12 @@ CASES = {
     "async_fresh": "O_ASYNC armed right after accept, before any read; the receiver sleeps in "
                    "sigsuspend with a SIGIO handler: the first bytes raise the first signal",
     "async_small": "async_setown with 400 messages of 1-64 bytes, each sent alone",
-    "async_connect": "O_ASYNC + F_SETOWN armed on the connecting side before connect()",
+    "async_connect": "O_ASYNC + F_SETOWN armed on the connecting side before connect() "
+                     "(under ulsock that connection stays on kernel TCP, with the reason)",
+    "async_exact": "a signal per arrival: the receiver reads exactly FIONREAD's count after "
+                   "each signal, never to EAGAIN; the FIN brings the last signal",
+    "async_unread": "O_ASYNC armed while the client's first bytes (sent before the accept) are "
+                    "unread and more followed: every byte in order, a signal for each arrival",
     "rcvlowat": "SO_RCVLOWAT 10 with 5 bytes queued: poll, select, epoll LT/ET not readable for "
                 "200 ms; 5 more: readable everywhere, recv returns 10",
     "rcvlowat_recv": "SO_RCVLOWAT 10: blocking recv never returns the first 5 alone; DONTWAIT "
