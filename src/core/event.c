@@ -929,7 +929,8 @@ static int kernel_pass(struct uls_epoll *ep, int epfd, struct epoll_event *evs, 
  * A wait that reported n < max events and skipped members reported in this cycle starts
  * the next cycle and goes on with those, as the kernel's ready list hands out the members
  * it moved to its back: a level-triggered set with more members ready than max gives max
- * events per call.
+ * events per call. The kernel is asked again only when it was not a moment ago (plain
+ * members it skipped are level-triggered: it reports them again at the next look).
  */
 static int refill(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int n, int max,
 		  const sigset_t *mask)
@@ -938,7 +939,7 @@ static int refill(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int n
 		ep->cycle++;
 		ep->stale = 0;
 		n += user_pass(ep, epfd, evs + n, max - n, 0);
-		if (n < max) {
+		if (n < max && uls_now_ns() - ep->kernel_seen >= KERNEL_LOOK_NS) {
 			int k = kernel_pass(ep, epfd, evs + n, max - n, 0, mask);
 			n += k > 0 ? k : 0;
 		}
@@ -978,6 +979,13 @@ int uls_epoll_wait(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int 
 		 * event-loop turn. */
 		if (n > 0 && uls_now_ns() - ep->kernel_seen < KERNEL_LOOK_NS)
 			break;
+		/* Only members reported in this cycle are ready, and the kernel was asked a
+		 * moment ago: the next cycle starts without asking it again (one connection in
+		 * an event loop is ready on every turn; the question cost a system call each). */
+		if (n == 0 && ep->stale && uls_now_ns() - ep->kernel_seen < KERNEL_LOOK_NS) {
+			ep->cycle++;
+			continue;
+		}
 		if (n > 0 || ep->stale || left == 0 || (++spins & 63) == 0) {
 			if (n == max)
 				break;
