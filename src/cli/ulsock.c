@@ -17,8 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../core/config.h"
-#include "../core/stat.h"
+#include "ulsock/config.h"
+#include "ulsock/stat.h"
 #include "ulsock/ulsock.h"
 
 static void usage(FILE *f)
@@ -84,7 +84,7 @@ static int library_path(char *out, size_t len, const char *prog)
 	return -1;
 }
 
-static void say_bad(const struct uls_config_bad *bad, void *prog)
+static void say_bad(const struct ulsock_config_bad *bad, void *prog)
 {
 	fprintf(stderr, "ulsock run: %s='%s' %s: refusing to run %s\n", bad->var, bad->value,
 		bad->problem, (const char *)prog);
@@ -94,9 +94,7 @@ static void say_bad(const struct uls_config_bad *bad, void *prog)
  * outright, before the program starts, so that a typo cannot go unseen. */
 static int config_ok(const char *prog)
 {
-	struct uls_config cfg = uls_cfg;
-
-	return uls_config_parse(&cfg, say_bad, (void *)prog) == 0;
+	return ulsock_config_check(say_bad, (void *)prog) == 0;
 }
 
 static int cmd_run(int argc, char **argv)
@@ -106,7 +104,6 @@ static int cmd_run(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	enum uls_profile p;
 	char lib[PATH_MAX], *preload;
 	const char *old;
 	int c, err;
@@ -114,7 +111,7 @@ static int cmd_run(int argc, char **argv)
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "+p:h", opts, NULL)) != -1) {
 		if (c == 'p') {
-			if (uls_profile_parse(optarg, &p) < 0) {
+			if (!ulsock_profile_known(optarg)) {
 				fprintf(stderr, "ulsock: unknown profile '%s'\n", optarg);
 				return 2;
 			}
@@ -148,8 +145,6 @@ static int cmd_run(int argc, char **argv)
 	fprintf(stderr, "ulsock run: cannot run %s: %s\n", argv[optind], strerror(errno));
 	return errno == ENOENT ? 127 : 126;
 }
-
-static const char *const path_names[] = {"pending", "shm", "kernel"};
 
 static void json_str(const char *s)
 {
@@ -187,7 +182,7 @@ static void addr_str(const uint8_t raw[28], char *buf, size_t len)
 	}
 }
 
-static void print_rec(const struct uls_stat_rec *r, uint32_t pid, int json, int *first)
+static void print_rec(const struct ulsock_stat_rec *r, uint32_t pid, int json, int *first)
 {
 	uint32_t path = atomic_load(&r->path);
 	char local[64], peer[64], reason[97];
@@ -196,8 +191,6 @@ static void print_rec(const struct uls_stat_rec *r, uint32_t pid, int json, int 
 	addr_str(r->local, local, sizeof(local));
 	addr_str(r->peer, peer, sizeof(peer));
 	snprintf(reason, sizeof(reason), "%.96s", r->reason);
-	if (path > 2)
-		path = 2;
 	if (json) {
 		printf("%s\n  {\"pid\": %u, \"fd\": %d, \"role\": \"%s\", \"local\": ", *first ? "" : ",",
 		       pid, r->fd, r->role ? "server" : "client");
@@ -205,29 +198,45 @@ static void print_rec(const struct uls_stat_rec *r, uint32_t pid, int json, int 
 		printf(", \"peer\": ");
 		json_str(peer);
 		printf(", \"path\": \"%s\", \"tx_bytes\": %llu, \"rx_bytes\": %llu, \"reason\": ",
-		       path_names[path], (unsigned long long)atomic_load(&r->tx_bytes),
+		       ulsock_path_name(path), (unsigned long long)atomic_load(&r->tx_bytes),
 		       (unsigned long long)atomic_load(&r->rx_bytes));
-		json_str(path == 1 ? "" : reason);
+		json_str(path == ULSOCK_PATH_SHM ? "" : reason);
 		printf("}");
 	} else {
 		printf("%-7u %-5d %-6s %-26s %-26s %-7s %12llu %12llu %s\n", pid, r->fd,
-		       r->role ? "server" : "client", local, peer, path_names[path],
+		       r->role ? "server" : "client", local, peer, ulsock_path_name(path),
 		       (unsigned long long)atomic_load(&r->tx_bytes),
-		       (unsigned long long)atomic_load(&r->rx_bytes), path == 1 ? "" : reason);
+		       (unsigned long long)atomic_load(&r->rx_bytes),
+		       path == ULSOCK_PATH_SHM ? "" : reason);
 	}
 	*first = 0;
 }
 
-static void stat_file(const char *path, int json, int *first)
+/*
+ * Lists the live records of one process's file. A file of another layout (a process
+ * running another ulsock version) is named on stderr and skipped; one whose header is not
+ * written yet (the process is starting) is skipped without a word.
+ */
+static void stat_file(const char *path, const char *pid, int json, int *first)
 {
-	struct uls_stat_file *f;
+	struct ulsock_stat_file *f, head;
 	struct stat st;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
 		return;
 	if (fstat(fd, &st) < 0 || st.st_uid != getuid() ||
-	    st.st_size != (off_t)sizeof(struct uls_stat_file)) {
+	    pread(fd, &head, offsetof(struct ulsock_stat_file, rec), 0) !=
+		    (ssize_t)offsetof(struct ulsock_stat_file, rec) ||
+	    head.magic != ULSOCK_STAT_MAGIC) {
+		close(fd);
+		return;
+	}
+	if (head.version != ULSOCK_STAT_VERSION || head.rec_size != sizeof(struct ulsock_stat_rec) ||
+	    head.nslots != ULSOCK_STAT_SLOTS || st.st_size != (off_t)sizeof(struct ulsock_stat_file)) {
+		fprintf(stderr,
+			"ulsock stat: process %s keeps its records in another layout (another "
+			"ulsock version): not listed\n", pid);
 		close(fd);
 		return;
 	}
@@ -235,10 +244,9 @@ static void stat_file(const char *path, int json, int *first)
 	close(fd);
 	if (f == MAP_FAILED)
 		return;
-	if (f->magic == ULS_STAT_MAGIC)
-		for (int i = 0; i < ULS_STAT_SLOTS; i++)
-			if (atomic_load(&f->rec[i].used))
-				print_rec(&f->rec[i], f->pid, json, first);
+	for (uint32_t i = 0; i < ULSOCK_STAT_SLOTS; i++)
+		if (atomic_load(&f->rec[i].used))
+			print_rec(&f->rec[i], f->pid, json, first);
 	munmap(f, sizeof(*f));
 }
 
@@ -263,7 +271,7 @@ static void stat_process(const char *pid, const char *want, int json, int *first
 			continue;
 		target[n] = '\0';
 		if (strncmp(target, want, strlen(want)) == 0) {
-			stat_file(link, json, first);
+			stat_file(link, pid, json, first);
 			break;
 		}
 	}
@@ -277,7 +285,7 @@ static int cmd_stat(int argc, char **argv)
 	struct dirent *de;
 	DIR *d = opendir("/proc");
 
-	snprintf(want, sizeof(want), "/dev/shm/ulsock-stat.%u.", (unsigned)getuid());
+	snprintf(want, sizeof(want), ULSOCK_STAT_PREFIX "%u.", (unsigned)getuid());
 	if (json)
 		printf("[");
 	else

@@ -14,9 +14,9 @@
 #include "../preload/libc.h"
 
 /*
- * The ulsock command compiles this file without the rest of the core (src/CMakeLists.txt):
- * it parses the variables to refuse bad ones, and never loads them into the library's
- * configuration. The log and the real libc functions are there only in the library, so
+ * The ulsock command links this file without the rest of the core (the ulsock_config
+ * library, src/CMakeLists.txt) through include/ulsock/config.h: it checks the variables
+ * to refuse bad ones, and never loads them into the library's configuration. The log and the real libc functions are there only in the library, so
  * uls_config_load reaches them through weak references, and the command links without.
  */
 #pragma weak uls_log
@@ -114,9 +114,9 @@ static int parse_ull(const char *s, unsigned long long *out)
  * puts what is used instead in place, says so in bad->used, describes the problem in
  * bad->problem and returns -1. They run in table order: the spin budget's default comes
  * from the profile, and the pacing's from the spin budget. */
-typedef int (*parse_fn)(const char *s, struct uls_config *cfg, struct uls_config_bad *bad);
+typedef int (*parse_fn)(const char *s, struct uls_config *cfg, struct ulsock_config_bad *bad);
 
-static int parse_profile(const char *s, struct uls_config *cfg, struct uls_config_bad *bad)
+static int parse_profile(const char *s, struct uls_config *cfg, struct ulsock_config_bad *bad)
 {
 	if (uls_profile_parse(s, &cfg->profile) == 0) {
 		cfg->spin_ns = profile_spin_ns[cfg->profile];
@@ -127,7 +127,7 @@ static int parse_profile(const char *s, struct uls_config *cfg, struct uls_confi
 	return -1;
 }
 
-static int parse_spin(const char *s, struct uls_config *cfg, struct uls_config_bad *bad)
+static int parse_spin(const char *s, struct uls_config *cfg, struct ulsock_config_bad *bad)
 {
 	long long v;
 
@@ -144,7 +144,7 @@ static int parse_spin(const char *s, struct uls_config *cfg, struct uls_config_b
 	return -1;
 }
 
-static int parse_pace(const char *s, struct uls_config *cfg, struct uls_config_bad *bad)
+static int parse_pace(const char *s, struct uls_config *cfg, struct ulsock_config_bad *bad)
 {
 	long long v;
 	int err = parse_ll(s, &v);
@@ -174,7 +174,7 @@ static uint64_t round_pow2(unsigned long long v)
 	return p;
 }
 
-static int parse_ring(const char *s, struct uls_config *cfg, struct uls_config_bad *bad)
+static int parse_ring(const char *s, struct uls_config *cfg, struct ulsock_config_bad *bad)
 {
 	unsigned long long v;
 	int number = parse_ull(s, &v) == 0;
@@ -192,7 +192,7 @@ static int parse_ring(const char *s, struct uls_config *cfg, struct uls_config_b
 	return -1;
 }
 
-static int parse_log(const char *s, struct uls_config *cfg, struct uls_config_bad *bad)
+static int parse_log(const char *s, struct uls_config *cfg, struct ulsock_config_bad *bad)
 {
 	for (int i = 0; i < 4; i++) {
 		if (strcmp(s, level_names[i]) == 0) {
@@ -216,7 +216,7 @@ static void close_fd(int fd)
 
 /* The log file must be one this process can append to: it is opened (and created, as
  * uls_log_open would) to find out. A FIFO without a reader yet is fine. */
-static int parse_log_file(const char *s, struct uls_config *cfg, struct uls_config_bad *bad)
+static int parse_log_file(const char *s, struct uls_config *cfg, struct ulsock_config_bad *bad)
 {
 	int fd = open(s, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0600);
 
@@ -231,7 +231,7 @@ static int parse_log_file(const char *s, struct uls_config *cfg, struct uls_conf
 	return -1;
 }
 
-static int parse_disable(const char *s, struct uls_config *cfg, struct uls_config_bad *bad)
+static int parse_disable(const char *s, struct uls_config *cfg, struct ulsock_config_bad *bad)
 {
 	if (strcmp(s, "0") == 0 || strcmp(s, "1") == 0) {
 		cfg->disabled = s[0] == '1';
@@ -246,7 +246,7 @@ static int parse_disable(const char *s, struct uls_config *cfg, struct uls_confi
 
 /* Comma-separated uids, at most ULS_MAX_TRUSTED. A list that is wrong anywhere trusts no
  * one: trust is not granted on a guess. */
-static int parse_trusted(const char *s, struct uls_config *cfg, struct uls_config_bad *bad)
+static int parse_trusted(const char *s, struct uls_config *cfg, struct ulsock_config_bad *bad)
 {
 	const char *item = s;
 
@@ -302,7 +302,7 @@ static void quote_value(char *out, size_t len, const char *s)
 	out[n] = '\0';
 }
 
-int uls_config_parse(struct uls_config *cfg, uls_config_bad_fn bad_fn, void *arg)
+int uls_config_parse(struct uls_config *cfg, ulsock_config_bad_fn bad_fn, void *arg)
 {
 	int nbad = 0;
 
@@ -315,7 +315,7 @@ int uls_config_parse(struct uls_config *cfg, uls_config_bad_fn bad_fn, void *arg
 	cfg->ntrusted = 0;
 	for (size_t i = 0; i < NVARS; i++) {
 		const char *s = getenv(vars[i].name);
-		struct uls_config_bad bad = {.var = vars[i].name};
+		struct ulsock_config_bad bad = {.var = vars[i].name};
 
 		/* A receiver that does not spin does not pace either: pacing is a spin. */
 		if (vars[i].parse == parse_pace)
@@ -330,14 +330,28 @@ int uls_config_parse(struct uls_config *cfg, uls_config_bad_fn bad_fn, void *arg
 	return nbad;
 }
 
+int ulsock_config_check(ulsock_config_bad_fn bad, void *arg)
+{
+	struct uls_config cfg = uls_cfg;
+
+	return uls_config_parse(&cfg, bad, arg);
+}
+
+int ulsock_profile_known(const char *name)
+{
+	enum uls_profile p;
+
+	return uls_profile_parse(name, &p) == 0;
+}
+
 /* ------------------------------------------------------------------ the library */
 
 struct bad_list {
 	int n;
-	struct uls_config_bad bad[NVARS];
+	struct ulsock_config_bad bad[NVARS];
 };
 
-static void collect(const struct uls_config_bad *bad, void *arg)
+static void collect(const struct ulsock_config_bad *bad, void *arg)
 {
 	struct bad_list *l = arg;
 

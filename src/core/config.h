@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "ulsock/config.h"
+
 enum uls_profile { ULS_PROFILE_LATENCY, ULS_PROFILE_BALANCED, ULS_PROFILE_EFFICIENT };
 enum uls_log_level { ULS_LOG_ERROR, ULS_LOG_WARN, ULS_LOG_INFO, ULS_LOG_DEBUG };
 
@@ -43,22 +45,12 @@ extern struct uls_config uls_cfg;
  */
 void uls_config_load(void);
 
-/* A ULSOCK_* value that is not valid, and what the library uses instead. */
-struct uls_config_bad {
-	const char *var;   /* the variable's name */
-	char value[204];   /* its value, printable, cut short past 200 bytes */
-	char problem[112]; /* "is not error, warn, info or debug" */
-	char used[64];     /* "using warn" */
-};
-typedef void (*uls_config_bad_fn)(const struct uls_config_bad *bad, void *arg);
-
 /*
  * Reads the library's ULSOCK_* variables into *cfg, as uls_config_load does, without
  * logging: calls bad(arg) once for each invalid value, after putting in place what is used
- * instead. Returns the number of invalid values. `ulsock run` refuses to start a program
- * when it is not 0.
+ * instead. Returns the number of invalid values (ulsock_config_check is this on a copy).
  */
-int uls_config_parse(struct uls_config *cfg, uls_config_bad_fn bad, void *arg);
+int uls_config_parse(struct uls_config *cfg, ulsock_config_bad_fn bad, void *arg);
 
 /* getpid() and getuid() without a system call each time; the pid is renewed after fork. */
 extern pid_t uls_cached_pid;

@@ -673,7 +673,7 @@ void uls_conn_atfork_child(void)
 	pthread_mutex_init(&list_mu, NULL);
 	uls_seg_atfork_child();
 	for (struct uls_conn *c = conn_list; c; c = c->next) {
-		struct uls_stat_rec *old = c->stat;
+		struct ulsock_stat_rec *old = c->stat;
 		pthread_mutex_init(&c->mu, NULL);
 		uls_waitq_init(&c->wq);
 		uls_bells_reset(&c->bells);

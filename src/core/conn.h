@@ -100,7 +100,7 @@ struct uls_conn {
 	_Atomic int revert_owed;
 	_Atomic int on_rings; /* kernel_parts found both directions on the rings (cache) */
 	_Atomic int nodelay_forced; /* this process set TCP_NODELAY for wake-ups (under mu) */
-	struct uls_stat_rec *stat;
+	struct ulsock_stat_rec *stat;
 	struct uls_conn *next; /* process-wide list */
 };
 

@@ -13,21 +13,30 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "conn.h"
 #include "ownfd.h"
 #include "../preload/libc.h"
 
+/* The record names a connection's path with the ABI's numbers. */
+static_assert((int)ULS_PATH_PENDING == (int)ULSOCK_PATH_PENDING &&
+		      (int)ULS_PATH_SHM == (int)ULSOCK_PATH_SHM &&
+		      (int)ULS_PATH_KERNEL == (int)ULSOCK_PATH_KERNEL &&
+		      (int)ULS_SERVER == (int)ULSOCK_ROLE_SERVER &&
+		      (int)ULS_CLIENT == (int)ULSOCK_ROLE_CLIENT,
+	      "enum uls_path and the roles are the stat ABI's");
+
 static pthread_mutex_t stat_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct uls_stat_file *stat_map;
+static struct ulsock_stat_file *stat_map;
 static pid_t stat_pid;
 static int stat_fd = -1;
 static int slot_hint;
 
 static void stat_path(char *buf, size_t len, pid_t pid)
 {
-	snprintf(buf, len, "/dev/shm/ulsock-stat.%u.%d", (unsigned)uls_uid(), (int)pid);
+	snprintf(buf, len, ULSOCK_STAT_PREFIX "%u.%d", (unsigned)uls_uid(), (int)pid);
 }
 
-static struct uls_stat_file *stat_open(void)
+static struct ulsock_stat_file *stat_open(void)
 {
 	char path[96];
 	void *map;
@@ -47,14 +56,17 @@ static struct uls_stat_file *stat_open(void)
 	 */
 	unlink(path);
 	fd = uls_own_fd_take(fd, &stat_fd);
-	if (ftruncate(fd, sizeof(struct uls_stat_file)) == 0) {
-		map = mmap(NULL, sizeof(struct uls_stat_file), PROT_READ | PROT_WRITE, MAP_SHARED,
+	if (ftruncate(fd, sizeof(struct ulsock_stat_file)) == 0) {
+		map = mmap(NULL, sizeof(struct ulsock_stat_file), PROT_READ | PROT_WRITE, MAP_SHARED,
 			   fd, 0);
 		if (map != MAP_FAILED) {
 			stat_map = map;
+			stat_map->version = ULSOCK_STAT_VERSION;
+			stat_map->rec_size = sizeof(struct ulsock_stat_rec);
 			stat_map->pid = (uint32_t)stat_pid;
-			stat_map->nslots = ULS_STAT_SLOTS;
-			stat_map->magic = ULS_STAT_MAGIC;
+			stat_map->nslots = ULSOCK_STAT_SLOTS;
+			/* Last: a reader that sees the magic sees the header whole. */
+			__atomic_store_n(&stat_map->magic, ULSOCK_STAT_MAGIC, __ATOMIC_RELEASE);
 		}
 	}
 	if (!stat_map)
@@ -62,17 +74,17 @@ static struct uls_stat_file *stat_open(void)
 	return stat_map;
 }
 
-struct uls_stat_rec *uls_stat_slot(void)
+struct ulsock_stat_rec *uls_stat_slot(void)
 {
-	struct uls_stat_rec *r = NULL;
-	struct uls_stat_file *f;
+	struct ulsock_stat_rec *r = NULL;
+	struct ulsock_stat_file *f;
 
 	pthread_mutex_lock(&stat_mu);
 	f = stat_open();
-	for (int k = 0; f && k < ULS_STAT_SLOTS; k++) {
-		int i = (slot_hint + k) % ULS_STAT_SLOTS;
+	for (unsigned k = 0; f && k < ULSOCK_STAT_SLOTS; k++) {
+		unsigned i = ((unsigned)slot_hint + k) % ULSOCK_STAT_SLOTS;
 		if (!atomic_load(&f->rec[i].used)) {
-			slot_hint = i + 1;
+			slot_hint = (int)i + 1;
 			r = &f->rec[i];
 			memset(r, 0, sizeof(*r));
 			atomic_store(&r->used, 1);
@@ -83,7 +95,7 @@ struct uls_stat_rec *uls_stat_slot(void)
 	return r;
 }
 
-void uls_stat_release(struct uls_stat_rec *r)
+void uls_stat_release(struct ulsock_stat_rec *r)
 {
 	if (r)
 		atomic_store(&r->used, 0);
@@ -91,7 +103,7 @@ void uls_stat_release(struct uls_stat_rec *r)
 
 void *uls_stat_atfork_child(void)
 {
-	struct uls_stat_file *parent = stat_map;
+	struct ulsock_stat_file *parent = stat_map;
 
 	/* The parent's file stays the parent's: the child moves its records to its own. */
 	stat_map = NULL;
@@ -102,7 +114,7 @@ void *uls_stat_atfork_child(void)
 void uls_stat_unmap(void *parent)
 {
 	if (parent)
-		munmap(parent, sizeof(struct uls_stat_file));
+		munmap(parent, sizeof(struct ulsock_stat_file));
 }
 
 
