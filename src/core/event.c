@@ -235,6 +235,7 @@ struct epreg {
 	uint32_t kev;     /* events registered with the kernel */
 	unsigned round;   /* last wait round that reported it */
 	unsigned told;    /* the set's cycle when it was last reported (fair_skip) */
+	uint64_t seq;     /* when it was last reported, in the set's count of reports */
 	int ghost;        /* deleted by the program, still registered with the kernel */
 	struct uls_conn *ghost_conn; /* the ghost's conn and its segment's inode: an fd */
 	uint64_t ghost_ino;          /* closed behind ulsock's back has another */
@@ -266,7 +267,9 @@ struct uls_epoll {
 	int stale; /* ready registrations this wait skipped as reported in this cycle */
 	int *watch;  /* fds whose readiness ulsock may decide: TCP sockets, nested epolls */
 	int nwatch, capwatch;
-	int next;    /* where the next scan of watch starts, so that all get their turn */
+	uint64_t seq;       /* reports so far (epreg.seq) */
+	struct epcand *cand; /* user_pass's scratch list, under mu */
+	int capcand;
 	int epfd;    /* the descriptor the last epoll_ctl named, -1 once closed */
 	int shared;  /* another process may use the kernel epoll set (fork): no ghosts */
 	uint64_t kernel_seen; /* when a wait last asked the kernel (ns) */
@@ -338,6 +341,7 @@ void uls_epoll_put(struct uls_epoll *ep)
 	free(ep->orph);
 	free(ep->regs);
 	free(ep->watch);
+	free(ep->cand);
 	pthread_mutex_destroy(&ep->mu);
 	free(ep);
 }
@@ -729,6 +733,7 @@ static int emit(struct uls_epoll *ep, struct epreg *r, int ready, struct epoll_e
 		r->fired = 1;
 	r->round = ep->round;
 	r->told = ep->cycle;
+	r->seq = ++ep->seq;
 	out->events = (uint32_t)ready;
 	out->data = r->data;
 	return 1;
@@ -844,22 +849,59 @@ static int inner_ready(struct uls_epoll *ep, int arm, int depth)
 	return any;
 }
 
+/* A registration user_pass may report, and how it is ready. */
+struct epcand {
+	struct epreg *r;
+	int ready;
+};
+
+static int by_seq(const void *a, const void *b)
+{
+	uint64_t x = ((const struct epcand *)a)->r->seq, y = ((const struct epcand *)b)->r->seq;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Adds r to the scratch list when it may be reported now; 0 when the list cannot grow. */
+static int add_cand(struct uls_epoll *ep, int *nc, struct epreg *r, int ready)
+{
+	if (!ready || r->fired || r->round == ep->round || fair_skip(ep, r))
+		return 1;
+	if (*nc == ep->capcand) {
+		int cap = ep->capcand ? 2 * ep->capcand : 64;
+		struct epcand *m = realloc(ep->cand, (size_t)cap * sizeof(*m));
+		if (!m)
+			return 0;
+		ep->cand = m;
+		ep->capcand = cap;
+	}
+	ep->cand[(*nc)++] = (struct epcand){r, ready};
+	return 1;
+}
+
+/*
+ * Reports the ring members that are ready, up to max. When more are ready than fit, the
+ * ones reported longest ago go first, as the kernel's ready list hands out its members
+ * (a reported level-triggered member goes to its back): successive waits with a small
+ * maxevents go round all of them. Every member is looked at (and armed, with arm), as a
+ * wait that sleeps afterwards needs.
+ */
 static int user_pass(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int max, int arm)
 {
-	int n = 0, count = ep->nwatch, start = ep->next;
+	int n = 0, nc = 0;
 
-	for (int k = 0; k < count && n < max; k++) {
-		int i = (start + k) % count;
+	for (int i = 0; i < ep->nwatch; i++) {
 		struct epreg *r = ep->regs[ep->watch[i]];
-		if (!r)
-			continue;
-		int got = emit(ep, r, watched_ready(ep, epfd, r, arm, 0), &evs[n]);
-		n += got;
-		if (got)
-			ep->next = i + 1;
+		if (r && !add_cand(ep, &nc, r, watched_ready(ep, epfd, r, arm, 0)))
+			break;
 	}
-	for (int i = 0; i < ep->norph && n < max; i++)
-		n += emit(ep, ep->orph[i], watched_ready(ep, epfd, ep->orph[i], arm, 0), &evs[n]);
+	for (int i = 0; i < ep->norph; i++)
+		if (!add_cand(ep, &nc, ep->orph[i], watched_ready(ep, epfd, ep->orph[i], arm, 0)))
+			break;
+	if (nc > max)
+		qsort(ep->cand, (size_t)nc, sizeof(*ep->cand), by_seq);
+	for (int i = 0; i < nc && n < max; i++)
+		n += emit(ep, ep->cand[i].r, ep->cand[i].ready, &evs[n]);
 	return n;
 }
 
