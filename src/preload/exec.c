@@ -132,32 +132,51 @@ static char **fixed_env(char *const envp[], char **to_free, int all)
 	return env;
 }
 
+/*
+ * What every exec does before the real call: the environment that keeps the library
+ * (fixed_env; *entry is its LD_PRELOAD entry, to free), the epoll sets unshared, or in a
+ * vfork child only what the child keeps (the parent goes on), and the segment guard told.
+ */
+static char **exec_begin(char *const envp[], char **entry)
+{
+	char **env = fixed_env(envp, entry, 0);
+
+	if (uls_vfork_child())
+		uls_vfork_exec_prepare();
+	else
+		uls_epoll_unshare();
+	uls_guard_exec_begin();
+	return env;
+}
+
+/* After a real exec call that returned (it failed): undoes exec_begin, errno kept. */
+static void exec_failed(char *const envp[], char **env, char *entry)
+{
+	int err = errno;
+
+	uls_guard_exec_failed();
+	if (env != (char **)envp) {
+		free(entry);
+		free(env);
+	}
+	errno = err;
+}
+
 static int do_exec(const char *file, char *const argv[], char *const envp[], int search)
 {
 	static execve_fn real_execve;
 	static execvpe_fn real_execvpe;
 	char *entry, **env;
-	int r, err;
+	int r;
 
 	uls_ensure_init();
 	if (!real_execve) {
 		real_execve = (execve_fn)dlsym(RTLD_NEXT, "execve");
 		real_execvpe = (execvpe_fn)dlsym(RTLD_NEXT, "execvpe");
 	}
-	env = fixed_env(envp, &entry, 0);
-	if (uls_vfork_child())
-		uls_vfork_exec_prepare(); /* only what the child keeps: the parent goes on */
-	else
-		uls_epoll_unshare();
-	uls_guard_exec_begin();
+	env = exec_begin(envp, &entry);
 	r = search ? real_execvpe(file, argv, env) : real_execve(file, argv, env);
-	err = errno;
-	uls_guard_exec_failed();
-	if (env != envp) {
-		free(entry);
-		free(env);
-	}
-	errno = err;
+	exec_failed(envp, env, entry);
 	return r;
 }
 
@@ -176,20 +195,9 @@ static int do_execat(int dirfd, const char *path, char *const argv[], char *cons
 	uls_ensure_init();
 	if (!real)
 		real = (execveat_fn)dlsym(RTLD_NEXT, "execveat");
-	env = fixed_env(envp, &entry, 0);
-	if (uls_vfork_child())
-		uls_vfork_exec_prepare();
-	else
-		uls_epoll_unshare();
-	uls_guard_exec_begin();
+	env = exec_begin(envp, &entry);
 	int r = real ? real(dirfd, path, argv, env, flags) : (errno = ENOSYS, -1);
-	int err = errno;
-	uls_guard_exec_failed();
-	if (env != envp) {
-		free(entry);
-		free(env);
-	}
-	errno = err;
+	exec_failed(envp, env, entry);
 	return r;
 }
 
