@@ -360,8 +360,7 @@ ULS_EXPORT int fcntl(int fd, int cmd, ...)
 		set_nonblock(fd, (arg & O_NONBLOCK) != 0);
 		if ((arg & O_ASYNC) && (c = waking_conn(fd)) != NULL)
 			uls_conn_async(c, fd);
-	}
-	else if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) {
+	} else if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) {
 		dup_result(fd, r);
 		uls_stdio_guard(r);
 	}
