@@ -98,13 +98,22 @@ int uls_bell_fd(int bell)
 	return bell >= 0 && bell < MAX_BELLS && bells[bell].made ? bells[bell].fd : -1;
 }
 
+/*
+ * The count goes first, then the mark. The other order loses rings: a ring that came
+ * between them (mark set again, count written) had its count read away and left its
+ * mark, and every later ring saw the mark and wrote nothing, so the sleeper it was for
+ * slept on. In this order a ring that sees the mark still set and writes nothing came
+ * before the clear's end, and the clearer looks at its connections after the clear
+ * (every caller does): it sees what that ring was for. The exchange reads that ring's
+ * mark, which orders the ringer's consumption before the clearer's look.
+ */
 void uls_bell_clear(int bell)
 {
 	uint64_t v;
 
-	atomic_store(&bells[bell].pending, 0);
 	ssize_t r = uls_libc.read(bells[bell].fd, &v, sizeof(v));
 	(void)r;
+	(void)atomic_exchange(&bells[bell].pending, 0);
 }
 
 void uls_bell_begin(int bell)
