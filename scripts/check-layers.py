@@ -4,7 +4,14 @@
 Rules that hold today:
   - include/ulsock/ (the public headers): system headers only, and each other;
   - src/cli/ (the `ulsock` command): public headers only (`"ulsock/..."`), so it reads
-    the stat records and checks the ULSOCK_* variables through the ABI a user's tools get.
+    the stat records and checks the ULSOCK_* variables through the ABI a user's tools get;
+  - src/os/ (the lowest layer: real libc, futex, clock, membarrier, own descriptors, the
+    re-entry guard): system headers and its own only;
+  - src/core/ and src/transport/: never the interposer's headers (src/preload/);
+  - src/core/ includes no transport header beyond the edges listed in CORE_TRANSPORT_DEBT,
+    which only shrinks: the shared-memory data path still lives partly in core until it
+    moves behind the transport table (issue 13). A new edge fails the check, and so does
+    a listed one that is gone (remove it from the list).
 
 ctest runs it (layout.headers, label unit). Exit 0 when every include follows the rules,
 1 with one line per include that does not.
@@ -34,6 +41,49 @@ def sources(root, exts=(".c", ".h")):
                 yield os.path.join(dirpath, name)
 
 
+# (core file, transport header it still includes): the edges left to cut.
+CORE_TRANSPORT_DEBT = {
+    ("src/core/conn.h", "../transport/shm/segment.h"),
+    ("src/core/conn_io.c", "../transport/shm/guard.h"),
+    ("src/core/wait.c", "../transport/shm/guard.h"),
+}
+
+
+def rel(repo, path):
+    return os.path.relpath(path, repo)
+
+
+def check_lower(repo, bad):
+    """src/os knows nothing above it; core and transports never know the interposer."""
+    os_dir = os.path.join(repo, "src", "os")
+    for path in sources(os_dir):
+        for line, kind, name in includes(path):
+            target = os.path.normpath(os.path.join(os.path.dirname(path), name))
+            if kind == '"' and os.path.dirname(target) != os_dir:
+                bad.append(f"{rel(repo, path)}:{line}: src/os includes \"{name}\" from "
+                           "a layer above it")
+    seen = set()
+    for part in ("core", "transport"):
+        for path in sources(os.path.join(repo, "src", part)):
+            for line, kind, name in includes(path):
+                if kind != '"':
+                    continue
+                target = os.path.normpath(os.path.join(os.path.dirname(path), name))
+                layer = os.path.relpath(target, os.path.join(repo, "src")).split(os.sep)[0]
+                if layer == "preload":
+                    bad.append(f"{rel(repo, path)}:{line}: includes the interposer's "
+                               f'"{name}"')
+                elif part == "core" and layer == "transport":
+                    edge = (rel(repo, path), name)
+                    seen.add(edge)
+                    if edge not in CORE_TRANSPORT_DEBT:
+                        bad.append(f"{rel(repo, path)}:{line}: core includes the "
+                                   f'transport header "{name}"')
+    for edge in sorted(CORE_TRANSPORT_DEBT - seen):
+        bad.append(f"{edge[0]}: no longer includes {edge[1]}: remove the edge from "
+                   "CORE_TRANSPORT_DEBT in scripts/check-layers.py")
+
+
 def check(repo):
     bad = []
     public = os.path.join(repo, "include", "ulsock")
@@ -47,6 +97,7 @@ def check(repo):
             if kind == '"' and not name.startswith("ulsock/"):
                 bad.append(f"{os.path.relpath(path, repo)}:{line}: the command includes "
                            f'"{name}", not a public header (include/ulsock/)')
+    check_lower(repo, bad)
     return bad
 
 

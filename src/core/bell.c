@@ -5,8 +5,8 @@
 #include <stdint.h>
 #include <sys/eventfd.h>
 
-#include "ownfd.h"
-#include "../preload/libc.h"
+#include "../os/ownfd.h"
+#include "../os/libc.h"
 
 /*
  * Bells live in one table and keep their descriptor for the life of the process: a

@@ -11,7 +11,7 @@
 
 #include "log.h"
 #include "ulsock/ulsock.h"
-#include "../preload/libc.h"
+#include "../os/libc.h"
 
 /*
  * The ulsock command links this file without the rest of the core (the ulsock_config

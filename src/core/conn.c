@@ -17,13 +17,13 @@
 
 #include "config.h"
 #include "conn_io.h"
-#include "cpu.h"
+#include "../os/cpu.h"
 #include "fdtable.h"
 #include "handshake.h"
 #include "log.h"
-#include "ownfd.h"
+#include "../os/ownfd.h"
 #include "shmlock.h"
-#include "../preload/libc.h"
+#include "../os/libc.h"
 
 static pthread_mutex_t list_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct uls_conn *conn_list;

@@ -12,13 +12,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,12 +25,13 @@
 #include "conn_io.h"
 #include "../transport/shm/guard.h"
 #include "config.h"
-#include "cpu.h"
+#include "../os/cpu.h"
+#include "../os/futex.h"
 #include "fence.h"
 #include "log.h"
 #include "shmlock.h"
 #include "spin.h"
-#include "../preload/libc.h"
+#include "../os/libc.h"
 
 /* The few steps every send and receive takes: inlined into each call, whatever the callers. */
 #define ULS_HOT inline __attribute__((always_inline))
@@ -328,12 +327,6 @@ static int wait_rung(struct uls_conn *c, int fd, uint64_t deadline, int drain, i
 	return r;
 }
 
-static void futex_wake_all(_Atomic uint32_t *word)
-{
-	/* Not FUTEX_PRIVATE_FLAG: the sleepers are in the peer's processes. */
-	uls_syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-}
-
 /* After moving a ring: wakes the sleepers that *want names (ULS_WANT_*); 1 if any. */
 static int wake_wanted(struct uls_conn *c, int fd, _Atomic uint32_t *want)
 {
@@ -341,7 +334,7 @@ static int wake_wanted(struct uls_conn *c, int fd, _Atomic uint32_t *want)
 		return 0;
 	uint32_t w = atomic_exchange(want, 0);
 	if (w & ULS_WANT_FUTEX)
-		futex_wake_all(want);
+		uls_futex_wake(want, INT_MAX);
 	if (w & ULS_WANT_TOKEN)
 		uls_conn_send_token(c, fd);
 	return 1;
@@ -366,7 +359,7 @@ static void wake_producer(struct uls_conn *c, int fd)
 static void futex_kick(_Atomic uint32_t *want)
 {
 	if (atomic_fetch_and(want, ~ULS_WANT_FUTEX) & ULS_WANT_FUTEX)
-		futex_wake_all(want);
+		uls_futex_wake(want, INT_MAX);
 }
 
 /*
@@ -676,7 +669,7 @@ static int futex_sleep(struct uls_conn *c, _Atomic uint32_t *want, uint64_t dead
 		uls_seg_reap();
 		uls_signal_clear();
 		/* Returns at once when the word no longer holds v: the peer moved meanwhile. */
-		if (uls_syscall(SYS_futex, want, FUTEX_WAIT, v, &ts, NULL, 0) < 0 && errno == EINTR &&
+		if (uls_futex_wait(want, v, &ts) < 0 && errno == EINTR &&
 		    (deadline || uls_signals_interrupt()))
 			return -EINTR;
 	}

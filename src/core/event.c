@@ -10,11 +10,11 @@
 #include "bell.h"
 #include "config.h"
 #include "conn.h"
-#include "cpu.h"
+#include "../os/cpu.h"
 #include "fdtable.h"
 #include "log.h"
 #include "spin.h"
-#include "../preload/libc.h"
+#include "../os/libc.h"
 
 #define KERNEL_RX_BITS (POLLIN | POLLRDHUP | POLLPRI)
 #define KERNEL_TX_BITS (POLLOUT)

@@ -12,7 +12,7 @@
 
 #include "conn.h"
 #include "event.h"
-#include "../preload/libc.h"
+#include "../os/libc.h"
 
 #define FD_LIMIT (1 << 20)
 

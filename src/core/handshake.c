@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "ownfd.h"
-#include "../preload/libc.h"
+#include "../os/ownfd.h"
+#include "../os/libc.h"
 
 /* One netlink socket per process, reopened after fork so replies never cross processes. */
 static pthread_mutex_t diag_mu = PTHREAD_MUTEX_INITIALIZER;

@@ -10,8 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ownfd.h"
-#include "../preload/libc.h"
+#include "../os/ownfd.h"
+#include "../os/libc.h"
 
 /*
  * A log line must not end the program: a process whose file size limit the log file

@@ -14,11 +14,11 @@
 
 #include "conn.h"
 #include "conn_io.h"
-#include "cpu.h"
+#include "../os/cpu.h"
 #include "fence.h"
 #include "log.h"
 #include "shmlock.h"
-#include "../preload/libc.h"
+#include "../os/libc.h"
 
 
 /* TCP bytes this side has put on its direction: data before its switch, and wake-ups. */

@@ -2,15 +2,14 @@
 #include "shmlock.h"
 
 #include <errno.h>
-#include <linux/futex.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "config.h"
-#include "cpu.h"
-#include "../preload/libc.h"
+#include "../os/cpu.h"
+#include "../os/futex.h"
+#include "../os/libc.h"
 
 /* 0: free, 1: held, 2: held with waiters. */
 
@@ -54,7 +53,7 @@ void uls_shmlock_acquire(_Atomic uint32_t *word, _Atomic uint32_t *owner)
 		if (c == 0)
 			break;
 		/* The timeout only serves to notice a holder that died. */
-		if (uls_syscall(SYS_futex, word, FUTEX_WAIT, 2, &ts, NULL, 0) < 0 &&
+		if (uls_futex_wait(word, 2, &ts) < 0 &&
 		    errno == ETIMEDOUT && owner_dead(owner)) {
 			atomic_store_explicit(word, 2, memory_order_relaxed);
 			break;
@@ -68,5 +67,5 @@ void uls_shmlock_release(_Atomic uint32_t *word, _Atomic uint32_t *owner)
 	atomic_store_explicit(owner, 0, memory_order_relaxed);
 	/* Release: the next holder sees everything written under the lock. */
 	if (atomic_exchange_explicit(word, 0, memory_order_release) == 2)
-		uls_syscall(SYS_futex, word, FUTEX_WAKE, 1, NULL, NULL, 0);
+		uls_futex_wake(word, 1);
 }

@@ -15,7 +15,7 @@
 #include <sys/socket.h>
 
 #include "conn.h"
-#include "../preload/libc.h"
+#include "../os/libc.h"
 
 int uls_conn_zc_enabled(struct uls_conn *c, int fd)
 {

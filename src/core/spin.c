@@ -4,7 +4,7 @@
 #include <sched.h>
 
 #include "config.h"
-#include "cpu.h"
+#include "../os/cpu.h"
 
 /* Unlimited spinning hands the core over this often. */
 #define YIELD_EVERY_NS 50000u

@@ -14,8 +14,8 @@
 
 #include "config.h"
 #include "conn.h"
-#include "ownfd.h"
-#include "../preload/libc.h"
+#include "../os/ownfd.h"
+#include "../os/libc.h"
 
 /* The record names a connection's path with the ABI's numbers. */
 static_assert((int)ULS_PATH_PENDING == (int)ULSOCK_PATH_PENDING &&

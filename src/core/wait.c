@@ -9,8 +9,8 @@
 #include "bell.h"
 #include "conn.h"
 #include "../transport/shm/guard.h"
-#include "cpu.h"
-#include "../preload/libc.h"
+#include "../os/cpu.h"
+#include "../os/libc.h"
 
 void uls_waitq_init(struct uls_waitq *q)
 {

@@ -454,7 +454,7 @@ ULS_EXPORT long syscall(long nr, ...)
 	va_end(ap);
 	/* An allocator may call syscall() while the library starts (redis's jemalloc
 	 * does): straight to the kernel until it is ready. */
-	if (!uls_ready)
+	if (!atomic_load_explicit(&uls_ready, memory_order_acquire) || uls_is_inside())
 		return uls_raw_syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
 	long r = dispatch(nr, a[0], a[1], a[2], a[3], a[4], a[5], &served);
 	if (served)

@@ -28,9 +28,6 @@
 #include "../core/wait.h"
 #include "../transport/shm/guard.h"
 
-typedef int (*execve_fn)(const char *, char *const[], char *const[]);
-typedef int (*execvpe_fn)(const char *, char *const[], char *const[]);
-
 static const char *library_path(void)
 {
 	static char path[4096];
@@ -164,18 +161,12 @@ static void exec_failed(char *const envp[], char **env, char *entry)
 
 static int do_exec(const char *file, char *const argv[], char *const envp[], int search)
 {
-	static execve_fn real_execve;
-	static execvpe_fn real_execvpe;
 	char *entry, **env;
 	int r;
 
 	uls_ensure_init();
-	if (!real_execve) {
-		real_execve = (execve_fn)dlsym(RTLD_NEXT, "execve");
-		real_execvpe = (execvpe_fn)dlsym(RTLD_NEXT, "execvpe");
-	}
 	env = exec_begin(envp, &entry);
-	r = search ? real_execvpe(file, argv, env) : real_execve(file, argv, env);
+	r = search ? uls_libc.execvpe(file, argv, env) : uls_libc.execve(file, argv, env);
 	exec_failed(envp, env, entry);
 	return r;
 }
@@ -184,19 +175,15 @@ static int do_exec(const char *file, char *const argv[], char *const envp[], int
  * fexecve and execveat: the same preparation as execve (fixed_env and the rest), then the
  * real call; glibc would reach the kernel past execve.
  */
-typedef int (*execveat_fn)(int, const char *, char *const[], char *const[], int);
-
 static int do_execat(int dirfd, const char *path, char *const argv[], char *const envp[],
 		     int flags)
 {
-	static execveat_fn real;
 	char *entry, **env;
 
 	uls_ensure_init();
-	if (!real)
-		real = (execveat_fn)dlsym(RTLD_NEXT, "execveat");
 	env = exec_begin(envp, &entry);
-	int r = real ? real(dirfd, path, argv, env, flags) : (errno = ENOSYS, -1);
+	int r = uls_libc.execveat ? uls_libc.execveat(dirfd, path, argv, env, flags)
+				  : (errno = ENOSYS, -1);
 	exec_failed(envp, env, entry);
 	return r;
 }
@@ -237,27 +224,19 @@ ULS_EXPORT int execvp(const char *file, char *const argv[])
  * or exec of this process runs on the way (glibc uses clone and a raw execve). The parent
  * goes on using its sockets; a child that joins one under ulsock is seen when it does.
  */
-typedef int (*posix_spawn_fn)(pid_t *, const char *, const posix_spawn_file_actions_t *,
-			      const posix_spawnattr_t *, char *const[], char *const[]);
-
 static int do_spawn(int search, pid_t *pid, const char *file,
 		    const posix_spawn_file_actions_t *fa, const posix_spawnattr_t *attr,
 		    char *const argv[], char *const envp[])
 {
-	static posix_spawn_fn real_spawn, real_spawnp;
 	char *entry, **env;
 	int r;
 
 	uls_ensure_init();
-	if (!real_spawn) {
-		real_spawnp = (posix_spawn_fn)dlsym(RTLD_NEXT, "posix_spawnp");
-		real_spawn = (posix_spawn_fn)dlsym(RTLD_NEXT, "posix_spawn");
-	}
 	env = fixed_env(envp, &entry, fa != NULL);
 	/* The child may inherit an epoll fd: no hidden registrations in it. */
 	uls_epoll_unshare();
 	uls_guard_exec_begin();
-	r = (search ? real_spawnp : real_spawn)(pid, file, fa, attr, argv, env);
+	r = (search ? uls_libc.posix_spawnp : uls_libc.posix_spawn)(pid, file, fa, attr, argv, env);
 	uls_guard_exec_failed();
 	/* The child holds what it inherited: the last close is no longer this process's. */
 	if (r == 0)
@@ -351,16 +330,11 @@ ULS_EXPORT int execle(const char *path, const char *arg, ...)
 }
 
 /* stdio reads a descriptor with glibc's internal calls, which ulsock cannot see. */
-typedef FILE *(*fdopen_fn)(int, const char *);
-
 ULS_EXPORT FILE *fdopen(int fd, const char *mode)
 {
-	static fdopen_fn real;
 	struct uls_conn *c;
 
 	uls_ensure_init();
-	if (!real)
-		real = (fdopen_fn)dlsym(RTLD_NEXT, "fdopen");
 	c = uls_fd_conn(fd);
 	if (c && c->seg.hdr && atomic_load(&c->path) != ULS_PATH_KERNEL) {
 		int r = uls_conn_revert(c, fd, 2000);
@@ -368,5 +342,5 @@ ULS_EXPORT FILE *fdopen(int fd, const char *mode)
 			uls_err("fdopen: fd=%d stays accelerated (%s): stdio will not see its data",
 				fd, strerror(-r));
 	}
-	return real(fd, mode);
+	return uls_libc.fdopen(fd, mode);
 }

@@ -1,5 +1,4 @@
 /* SPDX-License-Identifier: MIT */
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +8,7 @@
 #include "../core/config.h"
 #include "../core/bell.h"
 #include "../core/conn.h"
-#include "../core/ownfd.h"
+#include "../os/ownfd.h"
 #include "../core/event.h"
 #include "../core/fdtable.h"
 #include "../core/fence.h"
@@ -18,7 +17,7 @@
 #include "../transport/shm/guard.h"
 #include "../transport/shm/segment.h"
 
-int uls_ready;
+_Atomic int uls_ready;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
 void uls_atfork_child(void)
@@ -40,6 +39,9 @@ void uls_atfork_prepare(void)
 
 static void do_init(void)
 {
+	/* The start-up's own calls reach libc (os/guard.h): a socket call that the start-up
+	 * made through an export would otherwise wait for this very start-up. */
+	uls_inside_begin();
 	uls_libc_init();
 	uls_config_load();
 	uls_log_open();
@@ -52,12 +54,13 @@ static void do_init(void)
 		uls_seg_sweep();
 		/* A segment file shrunk under this process must break one connection, not
 		 * kill the process (src/transport/shm/guard.h). */
-		int err = uls_guard_install((uls_sigaction_fn)dlsym(RTLD_NEXT, "sigaction"));
+		int err = uls_guard_install(uls_libc.sigaction);
 		if (err < 0)
 			uls_warn("no SIGBUS guard (%s): a truncated segment file kills the process",
 				 strerror(-err));
 	}
-	uls_ready = 1;
+	uls_inside_end();
+	atomic_store_explicit(&uls_ready, 1, memory_order_release);
 	uls_dbg("loaded, profile %s", uls_profile_name(uls_cfg.profile));
 	/* A socket handed over as a standard stream (inetd, a dup2 before exec) meets stdio,
 	 * which ulsock cannot see: its connection moves back to kernel TCP (stdio.c). */

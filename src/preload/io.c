@@ -30,7 +30,8 @@ extern void __chk_fail(void) __attribute__((noreturn));
 /* The conn of fd when some of its data goes through ulsock, else NULL. */
 static inline struct uls_conn *accel(int fd)
 {
-	uls_ensure_init();
+	if (!uls_enter())
+		return NULL;
 	struct uls_fd *e = uls_fd_get(fd);
 
 	if (!e)
@@ -428,7 +429,7 @@ ULS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
 	struct uls_conn *c = accel(fd);
 
-	if (msg && msg->msg_controllen)
+	if (msg && msg->msg_controllen && !uls_is_inside())
 		note_passed_fds(fd, msg);
 	if (c && msg->msg_controllen) {
 		/* TCP takes a few control messages (timestamping requests) and refuses the

@@ -9,7 +9,7 @@
 #include "preload.h"
 #include "../core/conn.h"
 #include "../core/event.h"
-#include "../core/cpu.h"
+#include "../os/cpu.h"
 #include "../core/fdtable.h"
 
 extern void __chk_fail(void) __attribute__((noreturn));
@@ -26,7 +26,8 @@ static int64_t ts_to_ns(const struct timespec *ts)
 
 ULS_EXPORT int poll(struct pollfd *fds, nfds_t n, int timeout)
 {
-	uls_ensure_init();
+	if (!uls_enter())
+		return uls_libc.poll(fds, n, timeout);
 	return (int)uls_ret(uls_poll(fds, n, ms_to_ns(timeout), NULL));
 }
 
@@ -40,7 +41,8 @@ ULS_EXPORT int __poll_chk(struct pollfd *fds, nfds_t n, int timeout, size_t fdsl
 ULS_EXPORT int ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts,
 		     const sigset_t *mask)
 {
-	uls_ensure_init();
+	if (!uls_enter())
+		return uls_libc.ppoll(fds, n, ts, mask);
 	return (int)uls_ret(uls_poll(fds, n, ts_to_ns(ts), mask));
 }
 
@@ -119,8 +121,7 @@ static int select_common(int nfds, fd_set *r, fd_set *w, fd_set *x, int64_t ns,
 
 ULS_EXPORT int select(int nfds, fd_set *r, fd_set *w, fd_set *x, struct timeval *tv)
 {
-	uls_ensure_init();
-	if (!any_conn(nfds, r, w))
+	if (!uls_enter() || !any_conn(nfds, r, w))
 		return uls_libc.select(nfds, r, w, x, tv);
 	int64_t ns = tv ? (int64_t)tv->tv_sec * 1000000000 + (int64_t)tv->tv_usec * 1000 : -1;
 	uint64_t start = uls_now_ns();
@@ -139,8 +140,7 @@ ULS_EXPORT int select(int nfds, fd_set *r, fd_set *w, fd_set *x, struct timeval 
 ULS_EXPORT int pselect(int nfds, fd_set *r, fd_set *w, fd_set *x, const struct timespec *ts,
 		       const sigset_t *mask)
 {
-	uls_ensure_init();
-	if (!any_conn(nfds, r, w))
+	if (!uls_enter() || !any_conn(nfds, r, w))
 		return uls_libc.pselect(nfds, r, w, x, ts, mask);
 	return select_common(nfds, r, w, x, ts_to_ns(ts), mask);
 }
@@ -159,13 +159,15 @@ static int epoll_created(int epfd)
 
 ULS_EXPORT int epoll_create(int size)
 {
-	uls_ensure_init();
+	if (!uls_enter())
+		return uls_libc.epoll_create(size);
 	return epoll_created(uls_libc.epoll_create(size));
 }
 
 ULS_EXPORT int epoll_create1(int flags)
 {
-	uls_ensure_init();
+	if (!uls_enter())
+		return uls_libc.epoll_create1(flags);
 	return epoll_created(uls_libc.epoll_create1(flags));
 }
 
@@ -180,8 +182,7 @@ static struct uls_epoll *ep_of(int epfd)
 
 ULS_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
-	uls_ensure_init();
-	struct uls_epoll *ep = ep_of(epfd);
+	struct uls_epoll *ep = uls_enter() ? ep_of(epfd) : NULL;
 
 	if (!ep)
 		return uls_libc.epoll_ctl(epfd, op, fd, ev);
@@ -190,7 +191,7 @@ ULS_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 
 static int ep_wait(int epfd, struct epoll_event *evs, int max, int64_t ns, const sigset_t *mask)
 {
-	struct uls_epoll *ep = ep_of(epfd);
+	struct uls_epoll *ep = uls_enter() ? ep_of(epfd) : NULL;
 
 	if (!ep) {
 		int ms = ns < 0 ? -1 : (int)((ns + 999999) / 1000000);
@@ -201,20 +202,17 @@ static int ep_wait(int epfd, struct epoll_event *evs, int max, int64_t ns, const
 
 ULS_EXPORT int epoll_wait(int epfd, struct epoll_event *evs, int max, int timeout)
 {
-	uls_ensure_init();
 	return ep_wait(epfd, evs, max, ms_to_ns(timeout), NULL);
 }
 
 ULS_EXPORT int epoll_pwait(int epfd, struct epoll_event *evs, int max, int timeout,
 			   const sigset_t *mask)
 {
-	uls_ensure_init();
 	return ep_wait(epfd, evs, max, ms_to_ns(timeout), mask);
 }
 
 ULS_EXPORT int epoll_pwait2(int epfd, struct epoll_event *evs, int max,
 			    const struct timespec *ts, const sigset_t *mask)
 {
-	uls_ensure_init();
 	return ep_wait(epfd, evs, max, ts_to_ns(ts), mask);
 }

@@ -4,9 +4,11 @@
 #define ULS_PRELOAD_H
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <sys/types.h>
 
-#include "libc.h"
+#include "../os/guard.h"
+#include "../os/libc.h"
 
 #define ULS_EXPORT __attribute__((visibility("default")))
 
@@ -49,12 +51,26 @@ void uls_stdio_guard(int fd);
 void uls_splice_atfork_child(void);
 /* At the exec of a vfork child: the sockets it keeps are shared with the parent. */
 void uls_vfork_exec_prepare(void);
-extern int uls_ready;
+/* Set, with release, once the library is started: the first calls may race in threads. */
+extern _Atomic int uls_ready;
 
 static inline void uls_ensure_init(void)
 {
-	if (__builtin_expect(!uls_ready, 0))
+	if (__builtin_expect(!atomic_load_explicit(&uls_ready, memory_order_acquire), 0))
 		uls_preload_init();
+}
+
+/*
+ * The entry of an interposed socket, descriptor, readiness or data call: 1 when ulsock
+ * serves it, 0 when it must go to libc untouched because the thread is inside ulsock
+ * (its start-up, or a library it called: os/guard.h). Starts the library when needed.
+ */
+static inline int uls_enter(void)
+{
+	if (uls_is_inside())
+		return 0;
+	uls_ensure_init();
+	return 1;
 }
 
 /* Turns the core's -errno convention into libc's -1 and errno. */

@@ -7,7 +7,6 @@
  * the kernel through its internal sigaction, past the sigaction interposer, so they are
  * interposed too and rebuilt on sigaction with the semantics glibc documents.
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -21,16 +20,11 @@ sighandler_t bsd_signal(int sig, sighandler_t handler);
 
 typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 
+/* A program's constructor may install handlers before the library's has run. */
 static sigaction_fn real_sigaction(void)
 {
-	static _Atomic(sigaction_fn) real;
-	sigaction_fn r = atomic_load_explicit(&real, memory_order_relaxed);
-
-	if (!r) {
-		r = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
-		atomic_store_explicit(&real, r, memory_order_relaxed);
-	}
-	return r;
+	uls_libc_init();
+	return uls_libc.sigaction;
 }
 
 ULS_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)

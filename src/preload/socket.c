@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Interposed set-up, teardown, option and descriptor calls. */
 #include <dirent.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -24,7 +23,7 @@
 #include "../core/conn.h"
 #include "../core/event.h"
 #include "../core/fdtable.h"
-#include "../core/ownfd.h"
+#include "../os/ownfd.h"
 
 static int is_tcp(int domain, int type, int protocol)
 {
@@ -36,7 +35,8 @@ static int is_tcp(int domain, int type, int protocol)
 
 ULS_EXPORT int socket(int domain, int type, int protocol)
 {
-	uls_ensure_init();
+	if (!uls_enter())
+		return uls_libc.socket(domain, type, protocol);
 	int fd = uls_libc.socket(domain, type, protocol);
 	/* The spare segment's descriptor was the one the program lacked: give it back. */
 	if (fd < 0 && errno == EMFILE && uls_seg_spare_yield())
@@ -65,7 +65,8 @@ static uint64_t ring_size_for(uint32_t requested)
 
 ULS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
-	uls_ensure_init();
+	if (!uls_enter())
+		return uls_libc.connect(fd, addr, len);
 	struct uls_fd *e = uls_fd_classify(fd);
 	struct uls_conn *c = NULL;
 	char reason[96] = "";
@@ -116,7 +117,8 @@ static int do_accept(int lfd, struct sockaddr *addr, socklen_t *len, int flags, 
 	struct uls_conn *c;
 	int fd, lowat;
 
-	uls_ensure_init();
+	if (!uls_enter())
+		return four ? uls_libc.accept4(lfd, addr, len, flags) : uls_libc.accept(lfd, addr, len);
 	/* An accepted socket inherits the listener's options, its SO_RCVLOWAT among them. */
 	le = uls_fd_get(lfd);
 	lowat = le ? le->rcvlowat : 0;
@@ -178,7 +180,8 @@ static void forget(int fd)
 
 ULS_EXPORT int close(int fd)
 {
-	uls_ensure_init();
+	if (!uls_enter())
+		return uls_libc.close(fd);
 	struct uls_fd *e = uls_fd_get(fd);
 	struct uls_conn *c;
 
@@ -198,7 +201,8 @@ ULS_EXPORT int close(int fd)
 
 ULS_EXPORT int shutdown(int fd, int how)
 {
-	uls_ensure_init();
+	if (!uls_enter())
+		return uls_libc.shutdown(fd, how);
 	struct uls_conn *c = uls_fd_conn(fd);
 
 	if (!c || !c->seg.hdr || atomic_load(&c->path) == ULS_PATH_KERNEL)
@@ -225,7 +229,8 @@ static struct uls_conn *waking_conn(int fd)
 
 ULS_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 {
-	uls_ensure_init();
+	if (!uls_enter())
+		return uls_libc.getsockopt(fd, level, name, val, len);
 	struct uls_conn *c;
 
 	/* Receiving by mapping the socket's pages is the kernel's: its bytes must be there. */
@@ -254,7 +259,8 @@ ULS_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len
 
 ULS_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
-	uls_ensure_init();
+	if (!uls_enter())
+		return uls_libc.setsockopt(fd, level, name, val, len);
 	struct uls_conn *c;
 	struct uls_fd *e;
 	int r;
@@ -344,7 +350,6 @@ static int dup_result(int oldfd, int newfd)
 
 ULS_EXPORT int fcntl(int fd, int cmd, ...)
 {
-	uls_ensure_init();
 	va_list ap;
 	long arg;
 	int r;
@@ -353,6 +358,8 @@ ULS_EXPORT int fcntl(int fd, int cmd, ...)
 	va_start(ap, cmd);
 	arg = va_arg(ap, long);
 	va_end(ap);
+	if (!uls_enter())
+		return uls_libc.fcntl(fd, cmd, arg);
 	r = uls_libc.fcntl(fd, cmd, arg);
 	if (r < 0 || uls_vfork_child())
 		return r;
@@ -380,7 +387,6 @@ ULS_EXPORT int fcntl64(int fd, int cmd, ...)
 
 ULS_EXPORT int ioctl(int fd, unsigned long req, ...)
 {
-	uls_ensure_init();
 	va_list ap;
 	void *arg;
 	struct uls_conn *c;
@@ -388,6 +394,8 @@ ULS_EXPORT int ioctl(int fd, unsigned long req, ...)
 	va_start(ap, req);
 	arg = va_arg(ap, void *);
 	va_end(ap);
+	if (!uls_enter())
+		return uls_libc.ioctl(fd, req, arg);
 	if (req == SIOCATMARK && arg && (c = waking_conn(fd)) != NULL)
 		return (int)uls_ret(uls_conn_atmark(c, fd, arg));
 	if (req == FIONREAD || req == SIOCOUTQ) {
@@ -406,8 +414,7 @@ ULS_EXPORT int ioctl(int fd, unsigned long req, ...)
 
 ULS_EXPORT int dup(int fd)
 {
-	uls_ensure_init();
-	if (uls_vfork_child())
+	if (!uls_enter() || uls_vfork_child())
 		return uls_libc.dup(fd);
 	int r = dup_result(fd, uls_libc.dup(fd));
 	uls_stdio_guard(r); /* close(0); dup(sock): inetd's way onto standard input */
@@ -421,16 +428,10 @@ ULS_EXPORT int dup(int fd)
  * then knows the socket is held elsewhere. A taker without ulsock reads the socket past
  * it (README, limitations).
  */
-typedef int (*pidfd_getfd_fn)(int, int, unsigned int);
-
 ULS_EXPORT int pidfd_getfd(int pidfd, int targetfd, unsigned int flags)
 {
-	static pidfd_getfd_fn real;
-
 	uls_ensure_init();
-	if (!real)
-		real = (pidfd_getfd_fn)dlsym(RTLD_NEXT, "pidfd_getfd");
-	int fd = real ? real(pidfd, targetfd, flags)
+	int fd = uls_libc.pidfd_getfd ? uls_libc.pidfd_getfd(pidfd, targetfd, flags)
 		      : (int)uls_syscall(SYS_pidfd_getfd, pidfd, targetfd, flags);
 	if (fd >= 0 && !uls_vfork_child()) {
 		uls_fd_clear(fd);
@@ -457,8 +458,7 @@ static void before_replace(int oldfd, int newfd)
 
 ULS_EXPORT int dup2(int oldfd, int newfd)
 {
-	uls_ensure_init();
-	if (uls_vfork_child())
+	if (!uls_enter() || uls_vfork_child())
 		return uls_libc.dup2(oldfd, newfd);
 	if (fcntl(oldfd, F_GETFD) < 0)
 		return -1;
@@ -475,8 +475,7 @@ ULS_EXPORT int dup2(int oldfd, int newfd)
 
 ULS_EXPORT int dup3(int oldfd, int newfd, int flags)
 {
-	uls_ensure_init();
-	if (uls_vfork_child())
+	if (!uls_enter() || uls_vfork_child())
 		return uls_libc.dup3(oldfd, newfd, flags);
 	if (oldfd != newfd && fcntl(oldfd, F_GETFD) >= 0) {
 		uls_own_fd_evict(newfd);
@@ -547,9 +546,8 @@ static void close_through(unsigned first, unsigned last)
 
 ULS_EXPORT int close_range(unsigned first, unsigned last, int flags)
 {
-	uls_ensure_init();
 	/* Marking close-on-exec closes nothing; bad arguments get the kernel's answer. */
-	if ((flags & CLOSE_RANGE_CLOEXEC) || first > last || uls_vfork_child() ||
+	if (!uls_enter() || (flags & CLOSE_RANGE_CLOEXEC) || first > last || uls_vfork_child() ||
 	    (flags & ~(CLOSE_RANGE_CLOEXEC | CLOSE_RANGE_UNSHARE)))
 		return (int)uls_syscall(SYS_close_range, first, last, flags);
 	if ((flags & CLOSE_RANGE_UNSHARE) && unshare(CLONE_FILES) < 0)
@@ -560,8 +558,7 @@ ULS_EXPORT int close_range(unsigned first, unsigned last, int flags)
 
 ULS_EXPORT void closefrom(int lowfd)
 {
-	uls_ensure_init();
-	if (uls_vfork_child()) {
+	if (!uls_enter() || uls_vfork_child()) {
 		uls_syscall(SYS_close_range, lowfd < 0 ? 0u : (unsigned)lowfd, ~0u, 0);
 		return;
 	}
@@ -584,30 +581,26 @@ static int uid_result(int r)
 	return r;
 }
 
-typedef int (*id1_fn)(uid_t);
-typedef int (*id2_fn)(uid_t, uid_t);
-typedef int (*id3_fn)(uid_t, uid_t, uid_t);
-
 ULS_EXPORT int setuid(uid_t uid)
 {
 	uls_ensure_init();
-	return uid_result(((id1_fn)dlsym(RTLD_NEXT, "setuid"))(uid));
+	return uid_result(uls_libc.setuid(uid));
 }
 
 ULS_EXPORT int seteuid(uid_t uid)
 {
 	uls_ensure_init();
-	return uid_result(((id1_fn)dlsym(RTLD_NEXT, "seteuid"))(uid));
+	return uid_result(uls_libc.seteuid(uid));
 }
 
 ULS_EXPORT int setreuid(uid_t ruid, uid_t euid)
 {
 	uls_ensure_init();
-	return uid_result(((id2_fn)dlsym(RTLD_NEXT, "setreuid"))(ruid, euid));
+	return uid_result(uls_libc.setreuid(ruid, euid));
 }
 
 ULS_EXPORT int setresuid(uid_t ruid, uid_t euid, uid_t suid)
 {
 	uls_ensure_init();
-	return uid_result(((id3_fn)dlsym(RTLD_NEXT, "setresuid"))(ruid, euid, suid));
+	return uid_result(uls_libc.setresuid(ruid, euid, suid));
 }

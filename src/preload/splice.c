@@ -15,7 +15,6 @@
  * SPLICE_F_NONBLOCK. tee and vmsplice work on pipes only,
  * and an accelerated socket with anything but a pipe gets the kernel's own error.
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -28,28 +27,15 @@
 #include "preload.h"
 #include "../core/conn.h"
 #include "../core/fdtable.h"
-#include "../core/ownfd.h"
+#include "../os/ownfd.h"
 
 #define CHUNK 65536
-
-typedef ssize_t (*splice_fn)(int, loff_t *, int, loff_t *, size_t, unsigned int);
-
-static splice_fn real_splice_fn(void)
-{
-	static _Atomic(splice_fn) real;
-	splice_fn f = atomic_load_explicit(&real, memory_order_relaxed);
-
-	if (!f) {
-		f = (splice_fn)dlsym(RTLD_NEXT, "splice");
-		atomic_store_explicit(&real, f, memory_order_relaxed);
-	}
-	return f;
-}
 
 static ssize_t real_splice(int in, loff_t *off_in, int out, loff_t *off_out, size_t len,
 			   unsigned int flags)
 {
-	return real_splice_fn()(in, off_in, out, off_out, len, flags);
+	uls_libc_init();
+	return uls_libc.splice(in, off_in, out, off_out, len, flags);
 }
 
 /* The private pipe of this thread, made on first use. */
@@ -218,22 +204,22 @@ ULS_EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out
 			  unsigned int flags)
 {
 	struct uls_conn *cin, *cout;
-	splice_fn real = real_splice_fn();
 
-	uls_ensure_init();
+	if (!uls_enter())
+		return real_splice(fd_in, off_in, fd_out, off_out, len, flags);
 	cin = splice_conn(fd_in);
 	cout = splice_conn(fd_out);
 	if (!cin && !cout)
-		return real(fd_in, off_in, fd_out, off_out, len, flags);
+		return real_splice(fd_in, off_in, fd_out, off_out, len, flags);
 	/* A socket takes no offset, a pipe no offset either: the kernel's answers. */
 	if ((cin && off_in) || (cout && off_out))
 		return uls_ret(-EINVAL);
 	if (cin && cout)
 		return uls_ret(-EINVAL);
 	if (cin && !is_pipe(fd_out))
-		return real(fd_in, off_in, fd_out, off_out, len, flags);
+		return real_splice(fd_in, off_in, fd_out, off_out, len, flags);
 	if (cout && !is_pipe(fd_in))
-		return real(fd_in, off_in, fd_out, off_out, len, flags);
+		return real_splice(fd_in, off_in, fd_out, off_out, len, flags);
 	if ((cin && off_out) || (cout && off_in))
 		return uls_ret(-ESPIPE);
 	if (len == 0)

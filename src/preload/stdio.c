@@ -14,7 +14,6 @@
  * Every other stdio stream comes from fdopen, which moves the connection back itself
  * (exec.c).
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -83,14 +82,12 @@ static int format_to(int fd, const char *fmt, va_list ap)
 	return r;
 }
 
-typedef int (*vdprintf_fn)(int, const char *, va_list);
-
 ULS_EXPORT int vdprintf(int fd, const char *fmt, va_list ap)
 {
 	uls_ensure_init();
 	if (accelerated(fd))
 		return format_to(fd, fmt, ap);
-	return ((vdprintf_fn)dlsym(RTLD_NEXT, "vdprintf"))(fd, fmt, ap);
+	return uls_libc.vdprintf(fd, fmt, ap);
 }
 
 ULS_EXPORT int dprintf(int fd, const char *fmt, ...)
@@ -109,12 +106,10 @@ int __dprintf_chk(int fd, int flag, const char *fmt, ...);
 
 ULS_EXPORT int __vdprintf_chk(int fd, int flag, const char *fmt, va_list ap)
 {
-	typedef int (*chk_fn)(int, int, const char *, va_list);
-
 	uls_ensure_init();
 	if (accelerated(fd))
 		return format_to(fd, fmt, ap);
-	return ((chk_fn)dlsym(RTLD_NEXT, "__vdprintf_chk"))(fd, flag, fmt, ap);
+	return uls_libc.__vdprintf_chk(fd, flag, fmt, ap);
 }
 
 ULS_EXPORT int __dprintf_chk(int fd, int flag, const char *fmt, ...)
@@ -140,14 +135,9 @@ ULS_EXPORT int sockatmark(int fd)
 
 ULS_EXPORT pid_t _Fork(void)
 {
-	typedef pid_t (*fork_fn)(void);
-	static fork_fn real;
-
 	uls_ensure_init();
-	if (!real)
-		real = (fork_fn)dlsym(RTLD_NEXT, "_Fork");
 	uls_atfork_prepare();
-	pid_t pid = real();
+	pid_t pid = uls_libc._Fork();
 	if (pid == 0)
 		uls_atfork_child();
 	return pid;
@@ -155,20 +145,16 @@ ULS_EXPORT pid_t _Fork(void)
 
 ULS_EXPORT FILE *popen(const char *cmd, const char *mode)
 {
-	typedef FILE *(*popen_fn)(const char *, const char *);
-
 	uls_ensure_init();
 	if (uls_conn_any_accelerated())
 		uls_conn_mark_shared_all();
-	return ((popen_fn)dlsym(RTLD_NEXT, "popen"))(cmd, mode);
+	return uls_libc.popen(cmd, mode);
 }
 
 ULS_EXPORT int system(const char *cmd)
 {
-	typedef int (*system_fn)(const char *);
-
 	uls_ensure_init();
 	if (cmd && uls_conn_any_accelerated())
 		uls_conn_mark_shared_all();
-	return ((system_fn)dlsym(RTLD_NEXT, "system"))(cmd);
+	return uls_libc.system(cmd);
 }

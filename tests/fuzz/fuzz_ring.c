@@ -34,7 +34,7 @@
 
 #include "core/config.h"
 #include "core/ring.h"
-#include "preload/libc.h"
+#include "os/libc.h"
 #include "transport/shm/segment.h"
 
 #define FUZZ_COOKIE 0x1122334455667788ull

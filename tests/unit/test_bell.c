@@ -21,7 +21,7 @@
 
 #include "check.h"
 #include "core/bell.h"
-#include "preload/libc.h"
+#include "os/libc.h"
 
 #define ROUNDS 100000
 

@@ -23,7 +23,7 @@
 
 #include "check.h"
 #include "core/config.h"
-#include "preload/libc.h"
+#include "os/libc.h"
 #include "transport/shm/segment.h"
 
 #define TOTAL (64ull << 20)

@@ -17,7 +17,7 @@
 #include "check.h"
 #include "core/config.h"
 #include "core/handshake.h"
-#include "preload/libc.h"
+#include "os/libc.h"
 
 struct pair {
 	int lfd, cfd, afd; /* listener, client, accepted */

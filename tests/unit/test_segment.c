@@ -25,7 +25,7 @@
 
 #include "check.h"
 #include "core/config.h"
-#include "preload/libc.h"
+#include "os/libc.h"
 #include "transport/shm/guard.h"
 #include "transport/shm/segment.h"
 

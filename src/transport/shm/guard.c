@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "segment.h"
-#include "../../preload/libc.h"
+#include "../../os/libc.h"
 
 _Atomic unsigned uls_guard_cuts;
 

@@ -18,7 +18,7 @@
 #include "guard.h"
 #include "../../core/config.h"
 #include "../../core/log.h"
-#include "../../preload/libc.h"
+#include "../../os/libc.h"
 
 #define SHM_DIR "/dev/shm"
 

@@ -1,13 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The real libc functions behind every interposed symbol, resolved once with
- * dlsym(RTLD_NEXT) under pthread_once. The core calls these for its own socket work.
+ * The real libc functions behind the interposed symbols, resolved once with
+ * dlsym(RTLD_NEXT) under pthread_once. The core calls these for its own socket work, the
+ * interposer for the program's calls it passes on. A name this libc lacks (execveat
+ * before glibc 2.34, pidfd_getfd before 2.36) stays NULL; its callers say what then.
+ * vfork and clone are not here: clone.c calls them in its own way; nor the calls of
+ * other libraries (libaio, librt) that direct.c looks up where they are.
  */
 #ifndef ULS_LIBC_H
 #define ULS_LIBC_H
 
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -55,7 +62,26 @@ struct mmsghdr;
 	X(int, epoll_ctl, (int, int, int, struct epoll_event *))                           \
 	X(int, epoll_wait, (int, struct epoll_event *, int, int))                          \
 	X(int, epoll_pwait, (int, struct epoll_event *, int, int, const sigset_t *))       \
-	X(pid_t, fork, (void))
+	X(ssize_t, splice, (int, loff_t *, int, loff_t *, size_t, unsigned int))           \
+	X(int, sigaction, (int, const struct sigaction *, struct sigaction *))             \
+	X(int, execve, (const char *, char *const *, char *const *))                       \
+	X(int, execvpe, (const char *, char *const *, char *const *))                      \
+	X(int, execveat, (int, const char *, char *const *, char *const *, int))           \
+	X(int, posix_spawn, (pid_t *, const char *, const posix_spawn_file_actions_t *,    \
+			     const posix_spawnattr_t *, char *const *, char *const *))     \
+	X(int, posix_spawnp, (pid_t *, const char *, const posix_spawn_file_actions_t *,   \
+			      const posix_spawnattr_t *, char *const *, char *const *))    \
+	X(pid_t, _Fork, (void))                                                            \
+	X(FILE *, fdopen, (int, const char *))                                             \
+	X(FILE *, popen, (const char *, const char *))                                     \
+	X(int, system, (const char *))                                                     \
+	X(int, vdprintf, (int, const char *, va_list))                                     \
+	X(int, __vdprintf_chk, (int, int, const char *, va_list))                          \
+	X(int, pidfd_getfd, (int, int, unsigned int))                                      \
+	X(int, setuid, (uid_t))                                                            \
+	X(int, seteuid, (uid_t))                                                           \
+	X(int, setreuid, (uid_t, uid_t))                                                   \
+	X(int, setresuid, (uid_t, uid_t, uid_t))
 
 #define ULS_LIBC_FIELD(ret, name, args) ret(*name) args;
 struct uls_libc {

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "libc.h"
+#include "guard.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 struct uls_libc uls_libc;
+__thread unsigned uls_inside __attribute__((tls_model("initial-exec")));
 static pthread_once_t libc_once = PTHREAD_ONCE_INIT;
 
 static void resolve(void)

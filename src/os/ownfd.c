@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "../preload/libc.h"
+#include "libc.h"
 
 /*
  * Which numbers are the library's: one bit per descriptor, so that close(), which asks
