@@ -11,6 +11,10 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests", "pylib"))
+from ulstest.env import clean_env  # noqa: E402
+
 TESTS = ["latency", "bw", "bibw", "multistream", "hotspot", "fanin", "fanout", "connect",
          "ganglia", "overhead"]
 # Which figure each test must report as a positive number.
@@ -63,7 +67,7 @@ def main():
     elif sub.startswith("ulsock-"):
         ulsock = os.path.join(build, "bin", "ulsock")
         argv = [ulsock, "run", "--profile", sub[len("ulsock-"):], "--"] + argv
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ULSOCK_")}
+    env = clean_env(drop_preload=False)
     proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True, timeout=150)
     if tmp:

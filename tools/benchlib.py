@@ -14,12 +14,15 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
+import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "pylib"))
+from ulstest import net, procs  # noqa: E402
+from ulstest.env import clean_env  # noqa: E402
+from ulstest.net import free_port  # noqa: E402, F401 (benchrows_*.py import it from here)
 
 # Processes started by start() that have not been stopped yet; atexit kills them.
 _live = set()
@@ -47,61 +50,31 @@ class Substrate:
         return [self.ulsock, "run", "--profile", self.profile, "--"] + list(argv)
 
     def env(self):
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("ULSOCK_") and k != "LD_PRELOAD"}
-        return env
+        return clean_env()
 
     def check(self):
         if self.profile is not None and not os.access(self.ulsock, os.X_OK):
             raise BenchError("%s not built (run make build)" % self.ulsock)
 
 
-def free_port():
-    """A loopback TCP port nobody listens on right now (the kernel picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _listening_ports():
-    ports = set()
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(name) as f:
-                next(f, None)
-                for line in f:
-                    fields = line.split()
-                    if len(fields) > 3 and fields[3] == "0A":
-                        ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-        except OSError:
-            pass
-    return ports
-
-
 def wait_listening(port, proc, timeout=10.0):
     """Waits until something listens on port, reading /proc rather than connecting:
     a probe connection would count as a client (iperf3 -1 would then exit)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if port in _listening_ports():
-            return
-        if proc.poll() is not None:
-            raise BenchError("%s exited with status %s before listening:\n%s"
-                             % (prog_name(proc.argv), proc.returncode, proc.output_tail()))
-        time.sleep(0.02)
-    raise BenchError("server not listening on port %d after %.0f s" % (port, timeout))
+    state = net.wait_listening([port], lambda: proc.poll() is not None, timeout)
+    if state == "exited":
+        raise BenchError("%s exited with status %s before listening:\n%s"
+                         % (prog_name(proc.argv), proc.returncode, proc.output_tail()))
+    if state == "timeout":
+        raise BenchError("server not listening on port %d after %.0f s" % (port, timeout))
 
 
-class Proc:
+class Proc(procs.GroupProc):
     """A background process in its own session, output in a temporary file."""
 
     def __init__(self, argv, env):
-        self.argv = argv
         self.out = tempfile.TemporaryFile(prefix="uls-bench-")
         try:
-            self.popen = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
-                                          stdout=self.out, stderr=subprocess.STDOUT,
-                                          start_new_session=True)
+            super().__init__(argv, procs.spawn(argv, env, self.out))
         except OSError as e:
             self.out.close()
             raise BenchError("cannot start %s: %s" % (argv[0], e))
@@ -121,18 +94,7 @@ class Proc:
 
     def stop(self, sig=signal.SIGTERM, grace=3.0):
         """Signals the process group, then SIGKILLs it after grace seconds."""
-        if self.popen.poll() is None:
-            _killpg(self.popen.pid, sig)
-            try:
-                self.popen.wait(grace)
-            except subprocess.TimeoutExpired:
-                pass
-        _killpg(self.popen.pid, signal.SIGKILL)
-        try:
-            self.popen.wait(5)
-        except subprocess.TimeoutExpired:
-            pass
-        self.returncode = self.popen.returncode
+        self.returncode = self.stop_group(sig, grace, kill_wait=5)
         _live.discard(self)
         return self.returncode
 
@@ -144,7 +106,7 @@ class Proc:
             self.stop(signal.SIGKILL, 0)
             raise BenchError("%s timed out after %.0f s:\n%s"
                              % (prog_name(self.argv), timeout, self.output_tail()))
-        _killpg(self.popen.pid, signal.SIGKILL)  # stray children
+        self.send(signal.SIGKILL)  # stray children
         _live.discard(self)
         return self.returncode
 
@@ -163,13 +125,6 @@ def prog_name(argv):
         if rest:
             return os.path.basename(rest[0])
     return os.path.basename(argv[0])
-
-
-def _killpg(pgid, sig):
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 @atexit.register
@@ -248,30 +203,27 @@ def _client(sub, argv, record, timeout):
 SOCKPERF_PP_MPS = "5000000"
 
 
-def sockperf_pp(size):
+def _sockperf(verb, size, extra, pattern, what):
+    """A benchmark: `sockperf VERB` against `sockperf sr`, the number PATTERN finds."""
     def fn(sub, params, record):
         port = free_port()
         secs = max(1, int(params["seconds"]))
         with _server(sub, ["sockperf", "sr", "--tcp", "-i", "127.0.0.1", "-p", str(port)],
                      port, record):
-            out = _client(sub, ["sockperf", "pp", "--tcp", "-i", "127.0.0.1", "-p", str(port),
-                                "-t", str(secs), "-m", str(size),
-                                "--mps", SOCKPERF_PP_MPS], record, secs + 30)
-        return parse_float(r"Summary: Latency is ([0-9.]+) usec", out, "latency")
+            out = _client(sub, ["sockperf", verb, "--tcp", "-i", "127.0.0.1", "-p", str(port),
+                                "-t", str(secs), "-m", str(size)] + extra, record, secs + 30)
+        return parse_float(pattern, out, what)
     return fn
+
+
+def sockperf_pp(size):
+    return _sockperf("pp", size, ["--mps", SOCKPERF_PP_MPS],
+                     r"Summary: Latency is ([0-9.]+) usec", "latency")
 
 
 def sockperf_tp(size):
-    def fn(sub, params, record):
-        port = free_port()
-        secs = max(1, int(params["seconds"]))
-        with _server(sub, ["sockperf", "sr", "--tcp", "-i", "127.0.0.1", "-p", str(port)],
-                     port, record):
-            out = _client(sub, ["sockperf", "tp", "--tcp", "-i", "127.0.0.1", "-p", str(port),
-                                "-t", str(secs), "-m", str(size)], record, secs + 30)
-        return parse_float(r"Summary: Message Rate is ([0-9.]+) \[msg/sec\]", out,
-                           "message rate")
-    return fn
+    return _sockperf("tp", size, [], r"Summary: Message Rate is ([0-9.]+) \[msg/sec\]",
+                     "message rate")
 
 
 def iperf3_stream(sub, params, record):

@@ -23,6 +23,7 @@ import tempfile
 
 import benchlib
 from benchlib import BenchError
+from ulstest.env import clean_env
 
 PGBIN = os.environ.get("ULSOCK_PGBIN", "/usr/lib/postgresql/15/bin")
 USER = "postgres"
@@ -48,10 +49,7 @@ def _as_user():
 
 
 def _env(home):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("ULSOCK_") and k != "LD_PRELOAD"}
-    env["HOME"] = home
-    return env
+    return clean_env({"HOME": home})
 
 
 def _start(argv, home, port):

@@ -95,6 +95,25 @@ def listed_cases(uls, helper):
     return proc.output().split()
 
 
+def case_list_test(helper, cases, internal=()):
+    """A suite's test_case_list: HELPER lists exactly the suite's CASES and its INTERNAL
+    ones (cases that other cases start, never run on their own)."""
+    def test_case_list(uls):
+        listed, known = sorted(listed_cases(uls, helper)), sorted([*cases, *internal])
+        assert listed == known, f"{helper} lists {listed}; the suite knows {known}"
+    return test_case_list
+
+
+def case_test(helper, cases):
+    """The test of a suite whose cases need no check beyond their own: each of CASES runs
+    with run_case, plain and under ulsock."""
+    @pytest.mark.parametrize("mode", MODES)
+    @pytest.mark.parametrize("case", sorted(cases))
+    def test(uls, case, mode):
+        run_case(uls, helper, case, mode)
+    return test
+
+
 def start_plain_peer(uls, family6=False):
     """A calls_peer echo server without the preload (so connections to it are kernel-path),
     serving one connection. Returns (proc, port); proc.wait() checks it ended cleanly."""

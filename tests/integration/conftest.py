@@ -29,11 +29,16 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pylib"))
+from ulstest import logs, net, procs  # noqa: E402
+from ulstest.env import clean_env  # noqa: E402
 
 REPO = Path(os.environ.get("ULSOCK_SOURCE") or Path(__file__).resolve().parents[2])
 BUILD = Path(os.environ.get("ULSOCK_BUILD") or REPO / "build").resolve()
@@ -57,11 +62,6 @@ def side_flags(sides):
 
 
 # ---------------------------------------------------------------------------- log lines
-
-PATH_RE = re.compile(
-    r"^ulsock\[(?P<pid>\d+)\]: fd=(?P<fd>\d+) (?P<local>\S+) -> (?P<peer>\S+) "
-    r"path=(?P<path>shm|kernel)(?: reason=(?P<reason>.*))?$"
-)
 
 
 def split_endpoint(ep):
@@ -94,13 +94,9 @@ class PathLine:
 
 def parse_path_lines(text):
     """Every `path=` decision line in TEXT; other lines are ignored."""
-    out = []
-    for line in text.splitlines():
-        m = PATH_RE.match(line.strip())
-        if m:
-            out.append(PathLine(int(m["pid"]), int(m["fd"]), m["local"], m["peer"], m["path"],
-                                (m["reason"] or "").strip(), line.strip()))
-    return out
+    return [PathLine(int(m["pid"]), int(m["fd"]), m["local"], m["peer"], m["path"],
+                     (m["reason"] or "").strip(), m.string)
+            for m in logs.matches(text, logs.PATH_LINE)]
 
 
 # --------------------------------------------------------------------- /proc inspection
@@ -108,17 +104,7 @@ def parse_path_lines(text):
 def free_port(low=20000, high=32000):
     """A TCP port with no socket bound to it right now (IPv4 or IPv6), below the usual
     ephemeral range.  Read from /proc/net/tcp*, so the harness opens no socket."""
-    used = set()
-    for name in ("tcp", "tcp6"):
-        try:
-            lines = Path("/proc/net", name).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            used.add(int(line.split()[1].rsplit(":", 1)[1], 16))
-    candidates = [p for p in range(low, high) if p not in used]
-    assert candidates, "no free TCP port"
-    return random.choice(candidates)
+    return net.free_port((low, high))
 
 
 def proc_fd_count(pid):
@@ -197,13 +183,6 @@ def shm_leftovers(before, grace=3.0):
 
 # ---------------------------------------------------------------------------- processes
 
-def _clean_env(extra=None):
-    env = {k: v for k, v in os.environ.items()
-           if k != "LD_PRELOAD" and not k.startswith("ULSOCK_")}
-    env.update(extra or {})
-    return env
-
-
 def _tail(path, n=4000):
     try:
         data = Path(path).read_bytes()
@@ -212,14 +191,12 @@ def _tail(path, n=4000):
     return data[-n:].decode(errors="replace")
 
 
-class Proc:
+class Proc(procs.GroupProc):
     """One started process: its output file, its ulsock log, bounded waits, a sure kill."""
 
     def __init__(self, name, argv, popen, out, err, log, preloaded):
+        super().__init__(argv, popen)
         self.name = name
-        self.argv = argv
-        self.popen = popen
-        self.pid = popen.pid
         self.out = out
         self.err = err
         self.log = log
@@ -228,10 +205,6 @@ class Proc:
 
     def __repr__(self):
         return f"<Proc {self.name} pid={self.pid} rc={self.rc}>"
-
-    @property
-    def alive(self):
-        return self.popen.poll() is None
 
     def output(self):
         return self.out.read_text(errors="replace") if self.out.exists() else ""
@@ -271,9 +244,8 @@ class Proc:
     def wait(self, timeout=TIMEOUT, expect_rc=0):
         """Waits for exit; kills and fails on TIMEOUT (a hang).  Checks the exit status
         unless EXPECT_RC is None.  Returns the status (negative: killed by that signal)."""
-        try:
-            self.rc = self.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        self.rc = self.reap(timeout)
+        if self.rc is None:
             self.stop()
             pytest.fail(f"{self.name} did not finish within {timeout}s (hang?)\n{self.describe()}")
         if expect_rc is not None and self.rc != expect_rc:
@@ -291,24 +263,10 @@ class Proc:
             os.kill(self.pid, sig)
 
     def stop(self, grace=3.0):
-        """Ends the whole process group: SIGTERM, then SIGKILL after GRACE seconds."""
-        if self.popen.poll() is None:
-            for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-                try:
-                    os.killpg(self.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    self.popen.wait(timeout=wait)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-        else:
-            # The leader is gone; forked children may still hold the group.
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        """Ends the whole process group: SIGTERM, then SIGKILL after GRACE seconds. A group
+        whose leader is gone already is SIGKILLed at once (forked children may still hold
+        it); when the leader exits on the SIGTERM, the group gets no SIGKILL."""
+        self.stop_group(signal.SIGTERM, grace, kill_wait=10.0, kill_survivors=False)
         if self.popen.stdin:
             try:
                 self.popen.stdin.close()
@@ -369,7 +327,7 @@ class Runner:
         preloaded = self.preload(ulsock)
         files = self._files_dir(user)
         log = files / f"{name}.ulsock.log"
-        full_env = _clean_env(env)
+        full_env = clean_env(env)
         argv = [str(a) for a in argv]
         if preloaded:
             if not os.access(ULSOCK_BIN, os.X_OK):
@@ -401,9 +359,8 @@ class Runner:
                                                   user=user, log_level=log_level)
         out, err = self.dir / f"{name}.out", self.dir / f"{name}.err"
         with open(out, "wb") as fo, open(err, "wb") as fe:
-            popen = subprocess.Popen(full, env=env_, stdout=fo, stderr=fe,
-                                     stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                                     cwd=self.dir, start_new_session=True)
+            popen = procs.spawn(full, env_, fo, stderr=fe, cwd=self.dir,
+                                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL)
         proc = Proc(name, full, popen, out, err, log, preloaded)
         self.procs.append(proc)
         if ready:
@@ -424,7 +381,7 @@ class Runner:
     def stat(self, timeout=10):
         """`ulsock stat --json`, parsed (the live connections of this user)."""
         res = subprocess.run([str(ULSOCK_BIN), "stat", "--json"], capture_output=True,
-                             timeout=timeout, env=_clean_env())
+                             timeout=timeout, env=clean_env())
         assert res.returncode == 0, f"ulsock stat failed: {res.stderr.decode()}"
         return json.loads(res.stdout)
 

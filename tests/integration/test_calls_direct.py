@@ -8,9 +8,7 @@ io_uring must stay on kernel TCP (the helper prints `calls: expect kernel` for i
 other connection starts on the fast path.
 """
 
-import pytest
-
-from calls_util import MODES, listed_cases, run_case
+from calls_util import case_list_test, case_test
 
 HELPER = "calls_direct"
 CASES = {
@@ -36,11 +34,5 @@ CASES = {
 }
 
 
-def test_case_list(uls):
-    assert sorted(listed_cases(uls, HELPER)) == sorted(CASES)
-
-
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_direct(uls, case, mode):
-    run_case(uls, HELPER, case, mode)
+test_case_list = case_list_test(HELPER, CASES)
+test_direct = case_test(HELPER, CASES)

@@ -9,7 +9,7 @@ spin and the waits that sleep at once must both see the other thread's progress.
 
 import pytest
 
-from calls_util import listed_cases, run_case
+from calls_util import case_list_test, run_case
 from conftest import PROFILES
 
 HELPER = "calls_duplex"
@@ -25,8 +25,7 @@ CASES = {
 RUNS = [("plain", None)] + [("ulsock", p) for p in PROFILES]
 
 
-def test_case_list(uls):
-    assert sorted(listed_cases(uls, HELPER)) == sorted(CASES)
+test_case_list = case_list_test(HELPER, CASES)
 
 
 @pytest.mark.parametrize("mode,profile", RUNS, ids=[p or m for m, p in RUNS])

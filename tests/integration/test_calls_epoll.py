@@ -2,7 +2,7 @@
 
 import pytest
 
-from calls_util import MODES, listed_cases, require_mode, run_case, start_plain_peer
+from calls_util import MODES, case_list_test, case_test, require_mode, run_case, start_plain_peer
 
 HELPER = "calls_epoll"
 CASES = {
@@ -26,14 +26,8 @@ CASES = {
 }
 
 
-def test_case_list(uls):
-    assert sorted(listed_cases(uls, HELPER)) == sorted([*CASES, "mixed"])
-
-
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_epoll(uls, case, mode):
-    run_case(uls, HELPER, case, mode)
+test_case_list = case_list_test(HELPER, CASES, ["mixed"])
+test_epoll = case_test(HELPER, CASES)
 
 
 @pytest.mark.parametrize("mode", MODES)

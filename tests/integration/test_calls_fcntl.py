@@ -1,8 +1,6 @@
 """fcntl and ioctl on ulsock TCP streams (helper calls_fcntl)."""
 
-import pytest
-
-from calls_util import MODES, listed_cases, run_case
+from calls_util import case_list_test, case_test
 
 HELPER = "calls_fcntl"
 CASES = {
@@ -15,11 +13,5 @@ CASES = {
 }
 
 
-def test_case_list(uls):
-    assert sorted(listed_cases(uls, HELPER)) == sorted(CASES)
-
-
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_fcntl(uls, case, mode):
-    run_case(uls, HELPER, case, mode)
+test_case_list = case_list_test(HELPER, CASES)
+test_fcntl = case_test(HELPER, CASES)

@@ -3,7 +3,7 @@
 
 import pytest
 
-from calls_util import MODES, listed_cases, run_case
+from calls_util import MODES, case_list_test, run_case
 
 HELPER = "calls_fdlife"
 CASES = {
@@ -26,8 +26,7 @@ CASES = {
 INTERNAL = ["exec_child", "scm_receiver", "spawn_writer"]
 
 
-def test_case_list(uls):
-    assert sorted(listed_cases(uls, HELPER)) == sorted([*CASES, *INTERNAL])
+test_case_list = case_list_test(HELPER, CASES, INTERNAL)
 
 
 @pytest.mark.parametrize("mode", MODES)

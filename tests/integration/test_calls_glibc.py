@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from calls_util import MODES, listed_cases, run_case
+from calls_util import MODES, case_list_test, run_case
 from conftest import parse_path_lines
 
 HELPER = "calls_glibc"
@@ -85,8 +85,7 @@ CASES = {
 INTERNAL = ["stdio_child", "fd_writer", "exec_reader", "timeo_reader"]
 
 
-def test_case_list(uls):
-    assert sorted(listed_cases(uls, HELPER)) == sorted([*CASES, *INTERNAL])
+test_case_list = case_list_test(HELPER, CASES, INTERNAL)
 
 
 def check_handover(proc, out):

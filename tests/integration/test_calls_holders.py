@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from calls_util import MODES, listed_cases, require_mode, run_case
+from calls_util import MODES, case_list_test, case_test, require_mode
 from conftest import expect_paths
 
 HELPER = "calls_holders"
@@ -46,14 +46,8 @@ INTERNAL = ["child_echo"]
 SCRIPT = Path(__file__).resolve().parent / "py_subprocess_peer.py"
 
 
-def test_case_list(uls):
-    assert sorted(listed_cases(uls, HELPER)) == sorted([*CASES, *INTERNAL])
-
-
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_holders(uls, case, mode):
-    run_case(uls, HELPER, case, mode)
+test_case_list = case_list_test(HELPER, CASES, INTERNAL)
+test_holders = case_test(HELPER, CASES)
 
 
 @pytest.mark.parametrize("mode", MODES)

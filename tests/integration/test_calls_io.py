@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from calls_util import MODES, listed_cases, require_mode, run_case
+from calls_util import MODES, case_list_test, case_test, require_mode, run_case
 
 HELPER = "calls_io"
 CASES = {
@@ -37,14 +37,8 @@ CASES = {
 }
 
 
-def test_case_list(uls):
-    assert sorted(listed_cases(uls, HELPER)) == sorted(CASES)
-
-
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_io(uls, case, mode):
-    run_case(uls, HELPER, case, mode)
+test_case_list = case_list_test(HELPER, CASES)
+test_io = case_test(HELPER, CASES)
 
 
 @pytest.mark.parametrize("pace_ns", ["0", "100000"])

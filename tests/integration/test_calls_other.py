@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from calls_util import MODES, listed_cases, run_case
+from calls_util import MODES, case_list_test, run_case
 
 HELPER = "calls_other"
 CASES = {
@@ -16,8 +16,7 @@ CASES = {
 }
 
 
-def test_case_list(uls):
-    assert sorted(listed_cases(uls, HELPER)) == sorted(CASES)
+test_case_list = case_list_test(HELPER, CASES)
 
 
 @pytest.mark.parametrize("mode", MODES)

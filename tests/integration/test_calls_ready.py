@@ -7,9 +7,7 @@ connections must start path=shm (O_ASYNC then moves them back to kernel TCP in p
 async_connect's, which must stay path=kernel with a reason.
 """
 
-import pytest
-
-from calls_util import MODES, listed_cases, run_case
+from calls_util import case_list_test, case_test
 
 HELPER = "calls_ready"
 CASES = {
@@ -45,11 +43,5 @@ CASES = {
 }
 
 
-def test_case_list(uls):
-    assert sorted(listed_cases(uls, HELPER)) == sorted(CASES)
-
-
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_ready(uls, case, mode):
-    run_case(uls, HELPER, case, mode)
+test_case_list = case_list_test(HELPER, CASES)
+test_ready = case_test(HELPER, CASES)

@@ -1,8 +1,6 @@
 """shutdown(2) and close(2) on ulsock TCP streams (helper calls_shutdown)."""
 
-import pytest
-
-from calls_util import MODES, listed_cases, run_case
+from calls_util import case_list_test, case_test
 
 HELPER = "calls_shutdown"
 CASES = {
@@ -17,11 +15,5 @@ CASES = {
 }
 
 
-def test_case_list(uls):
-    assert sorted(listed_cases(uls, HELPER)) == sorted(CASES)
-
-
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_shutdown(uls, case, mode):
-    run_case(uls, HELPER, case, mode)
+test_case_list = case_list_test(HELPER, CASES)
+test_shutdown = case_test(HELPER, CASES)

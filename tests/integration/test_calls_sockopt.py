@@ -2,7 +2,7 @@
 
 import pytest
 
-from calls_util import MODES, listed_cases, run_case
+from calls_util import case_list_test, case_test, run_case
 
 HELPER = "calls_sockopt"
 CASES = {
@@ -20,14 +20,8 @@ CASES = {
 }
 
 
-def test_case_list(uls):
-    assert sorted(listed_cases(uls, HELPER)) == sorted(CASES)
-
-
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_sockopt(uls, case, mode):
-    run_case(uls, HELPER, case, mode)
+test_case_list = case_list_test(HELPER, CASES)
+test_sockopt = case_test(HELPER, CASES)
 
 
 @pytest.mark.parametrize("case", ["rcvtimeo", "rcvtimeo_ring", "sndtimeo"])

@@ -4,9 +4,7 @@ Every case runs plain (kernel TCP, which validates the case) and under `ulsock r
 every connection must have taken the fast path and every byte must arrive as on the kernel.
 """
 
-import pytest
-
-from calls_util import MODES, listed_cases, run_case
+from calls_util import case_list_test, case_test
 
 HELPER = "calls_splice"
 CASES = {
@@ -33,11 +31,5 @@ CASES = {
 }
 
 
-def test_case_list(uls):
-    assert sorted(listed_cases(uls, HELPER)) == sorted(CASES)
-
-
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_splice(uls, case, mode):
-    run_case(uls, HELPER, case, mode)
+test_case_list = case_list_test(HELPER, CASES)
+test_splice = case_test(HELPER, CASES)

@@ -5,9 +5,7 @@ Every case runs plain (kernel TCP, which validates the case) and under `ulsock r
 the connection must have taken the fast path and urgent data must behave as on the kernel.
 """
 
-import pytest
-
-from calls_util import MODES, listed_cases, run_case
+from calls_util import case_list_test, case_test
 
 HELPER = "calls_urgent"
 CASES = {
@@ -27,11 +25,5 @@ CASES = {
 }
 
 
-def test_case_list(uls):
-    assert sorted(listed_cases(uls, HELPER)) == sorted(CASES)
-
-
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_urgent(uls, case, mode):
-    run_case(uls, HELPER, case, mode)
+test_case_list = case_list_test(HELPER, CASES)
+test_urgent = case_test(HELPER, CASES)

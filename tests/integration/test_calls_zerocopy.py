@@ -5,9 +5,7 @@ Every case runs plain (kernel TCP, which validates the case) and under `ulsock r
 the connection must have taken the fast path and behave as on the kernel.
 """
 
-import pytest
-
-from calls_util import MODES, listed_cases, run_case
+from calls_util import case_list_test, case_test
 
 HELPER = "calls_zerocopy"
 CASES = {
@@ -29,11 +27,5 @@ CASES = {
 }
 
 
-def test_case_list(uls):
-    assert sorted(listed_cases(uls, HELPER)) == sorted(CASES)
-
-
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_zerocopy(uls, case, mode):
-    run_case(uls, HELPER, case, mode)
+test_case_list = case_list_test(HELPER, CASES)
+test_zerocopy = case_test(HELPER, CASES)

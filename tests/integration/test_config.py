@@ -18,7 +18,7 @@ import subprocess
 
 import pytest
 
-from conftest import PLAIN, TIMEOUT, ULSOCK_BIN, ULSOCK_LIB, kv, run_net_client, \
+from conftest import PLAIN, TIMEOUT, ULSOCK_BIN, ULSOCK_LIB, clean_env, kv, run_net_client, \
     start_net_server
 
 WARN_RE = re.compile(r"^ulsock\[\d+\]: (ULSOCK_\w+)='(.*)' (.*): ([^:]*)$")
@@ -93,14 +93,6 @@ GOOD = [
 
 def case_id(case):
     return "%s=%s" % (case[0][len("ULSOCK_"):], case[1].replace("{tmp}", "T")[:24] or "empty")
-
-
-def clean_env(extra):
-    """This environment without the preload or any ULSOCK_* variable, plus EXTRA."""
-    env = {k: v for k, v in os.environ.items()
-           if k != "LD_PRELOAD" and not k.startswith("ULSOCK_")}
-    env.update(extra)
-    return env
 
 
 def run(argv, env, cwd):

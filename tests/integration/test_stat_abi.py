@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import ULSOCK_BIN, _clean_env
+from conftest import ULSOCK_BIN, clean_env
 
 MAGIC = 0x3154415453534C55
 VERSION = 2
@@ -52,7 +52,7 @@ def hold_file(data, size):
 
 def run_stat(*args):
     res = subprocess.run([str(ULSOCK_BIN), "stat", *args], capture_output=True, timeout=30,
-                         env=_clean_env(), text=True)
+                         env=clean_env(), text=True)
     assert res.returncode == 0, res.stderr
     return res
 

@@ -8,28 +8,30 @@ contract in docs/INTERFACES-dev.md promises: `path=shm` when both ends run ulsoc
 `path=kernel reason=...` when only one does.
 
 The harness itself never runs under ulsock. Every process it starts has a timeout and
-is killed with its whole process group when the test ends, whatever happened.
+is killed with its whole process group when the test ends, whatever happened. What it
+shares with the integration suites and the tools (processes, ports, the environment,
+ulsock's log lines) is in tests/pylib/ulstest.
 """
 
 import os
-import re
 import shutil
 import signal
-import socket
 import subprocess
-import time
+import sys
 
 import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "pylib"))
+from ulstest import logs, net, procs  # noqa: E402
+from ulstest.env import clean_env  # noqa: E402
+from ulstest.logs import CLOSE_LINE, PATH_LINE  # noqa: E402
+from ulstest.net import free_port  # noqa: E402, F401 (the tests import it from here)
 
 SOURCE = os.environ.get("ULSOCK_SOURCE") or os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("ULSOCK_BUILD") or os.path.join(SOURCE, "build")
 ULSOCK = os.path.join(BUILD, "bin", "ulsock")
-
-# ulsock[PID]: fd=N LOCAL -> PEER path=shm
-# ulsock[PID]: fd=N LOCAL -> PEER path=kernel reason=WORDS
-LOG_LINE = re.compile(r"^ulsock\[(\d+)\]: fd=(\d+) (\S+) -> (\S+) path=(shm|kernel)"
-                      r"(?: reason=(.*))?$")
 
 SERVER_TIMEOUT = 15  # seconds for a server to start listening
 
@@ -40,29 +42,6 @@ def require(program):
     if path is None:
         pytest.skip("%s is not installed (scripts/install-deps.sh installs it)" % program)
     return path
-
-
-def free_port():
-    """A loopback port nobody listens on now. The harness is not under ulsock, so
-    this socket is the kernel's."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def listening_ports():
-    ports = set()
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(name) as f:
-                next(f, None)
-                for line in f:
-                    fields = line.split()
-                    if len(fields) > 3 and fields[3] == "0A":
-                        ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-        except OSError:
-            pass
-    return ports
 
 
 def port_of(addr):
@@ -91,8 +70,7 @@ class End:
         return pre + ["--"] + list(argv)
 
     def env(self):
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("ULSOCK_") and k != "LD_PRELOAD"}
+        env = clean_env()
         if self.accelerated:
             env["ULSOCK_LOG"] = "info"
             env["ULSOCK_LOG_FILE"] = str(self.log_path)
@@ -107,36 +85,20 @@ class End:
 
     def connections(self):
         """The path decisions this end logged, as dicts."""
-        out = []
-        for line in self.log_text().splitlines():
-            m = LOG_LINE.match(line.strip())
-            if m:
-                out.append(dict(pid=int(m[1]), fd=int(m[2]), local=m[3], peer=m[4],
-                                path=m[5], reason=m[6] or ""))
-        return out
-
-
-# ulsock[PID]: fd=N LOCAL -> PEER closed: sent X bytes, received Y bytes in this process
-CLOSE_LINE = re.compile(r"^ulsock\[(\d+)\]: fd=(\d+) (\S+) -> (\S+) closed: sent (\d+) bytes, "
-                        r"received (\d+) bytes in this process$")
+        return [dict(pid=int(m[1]), fd=int(m[2]), local=m[3], peer=m[4], path=m[5],
+                     reason=m[6] or "") for m in logs.matches(self.log_text(), PATH_LINE)]
 
 
 def closed_connections(end):
     """Byte counts of the accelerated connections end closed, as dicts."""
-    out = []
-    for line in end.log_text().splitlines():
-        m = CLOSE_LINE.match(line.strip())
-        if m:
-            out.append(dict(pid=int(m[1]), fd=int(m[2]), local=m[3], peer=m[4],
-                            sent=int(m[5]), received=int(m[6])))
-    return out
+    return [dict(pid=int(m[1]), fd=int(m[2]), local=m[3], peer=m[4], sent=int(m[5]),
+                 received=int(m[6])) for m in logs.matches(end.log_text(), CLOSE_LINE)]
 
 
-class Proc:
+class Proc(procs.GroupProc):
     """A process in its own session; output goes to a file in the test's tmp dir."""
 
     def __init__(self, argv, env, out_path, stdin_data=None):
-        self.argv = argv
         self.out_path = out_path
         stdin = subprocess.DEVNULL
         if stdin_data is not None:
@@ -147,9 +109,7 @@ class Proc:
             stdin = open(in_path, "rb")
         self._out = open(out_path, "wb")
         try:
-            self.popen = subprocess.Popen(argv, env=env, stdout=self._out,
-                                          stderr=subprocess.STDOUT, stdin=stdin,
-                                          start_new_session=True)
+            super().__init__(argv, procs.spawn(argv, env, self._out, stdin=stdin))
         finally:
             if stdin is not subprocess.DEVNULL:
                 stdin.close()
@@ -165,36 +125,22 @@ class Proc:
 
     def wait(self, timeout):
         """Waits for exit; on timeout kills the group and fails the test."""
-        try:
-            return self.popen.wait(timeout)
-        except subprocess.TimeoutExpired:
+        rc = self.reap(timeout)
+        if rc is None:
             self.kill()
             pytest.fail("%s did not finish in %d s; output:\n%s"
                         % (" ".join(self.argv), timeout, self.text()[-3000:]))
-
-    def send(self, sig):
-        try:
-            os.killpg(self.popen.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        return rc
 
     def stop(self, sig=signal.SIGTERM, grace=5):
         """Signals the group, escalates to SIGKILL; returns the exit status."""
-        if self.popen.poll() is None:
-            self.send(sig)
-            try:
-                self.popen.wait(grace)
-            except subprocess.TimeoutExpired:
-                pass
-        self.kill()
-        return self.popen.returncode
+        rc = self.stop_group(sig, grace, kill_wait=10)
+        self._out.close()
+        return rc
 
     def kill(self):
         self.send(signal.SIGKILL)
-        try:
-            self.popen.wait(10)
-        except subprocess.TimeoutExpired:
-            pass
+        self.reap(10)
         self._out.close()
 
 
@@ -215,15 +161,13 @@ class Harness:
         connection disturbs one-shot servers such as iperf3 -1)."""
         p = Proc(end.wrap(argv), end.env(), self._out(tag))
         self.procs.append(p)
-        deadline = time.monotonic() + SERVER_TIMEOUT
-        while port not in listening_ports():
-            if p.popen.poll() is not None:
-                pytest.fail("server %s exited with %s before listening:\n%s"
-                            % (argv[0], p.popen.returncode, p.text()[-3000:]))
-            if time.monotonic() > deadline:
-                pytest.fail("server %s not listening on %d after %d s:\n%s"
-                            % (argv[0], port, SERVER_TIMEOUT, p.text()[-3000:]))
-            time.sleep(0.02)
+        state = net.wait_listening([port], lambda: not p.alive, SERVER_TIMEOUT)
+        if state == "exited":
+            pytest.fail("server %s exited with %s before listening:\n%s"
+                        % (argv[0], p.popen.returncode, p.text()[-3000:]))
+        if state == "timeout":
+            pytest.fail("server %s not listening on %d after %d s:\n%s"
+                        % (argv[0], port, SERVER_TIMEOUT, p.text()[-3000:]))
         return p
 
     def run(self, end, argv, timeout=60, stdin_data=None, tag="client"):
@@ -268,3 +212,12 @@ def assert_kernel_path(end):
     for c in conns:
         assert c["path"] == "kernel", "%s: %s used shm with a plain peer" % (end, c)
         assert c["reason"].strip(), "%s: kernel path without a reason: %s" % (end, c)
+
+
+def assert_other_user(server_end, client_end, uid):
+    """Both ends ran ulsock as different users, neither trusting the other: both fell
+    back to kernel TCP, and the server's reasons name the client's uid."""
+    assert_kernel_path(server_end)
+    assert_kernel_path(client_end)
+    for c in server_end.connections():
+        assert "peer uid %d is another user" % uid in c["reason"], c

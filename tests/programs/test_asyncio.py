@@ -14,7 +14,8 @@ import os
 
 import pytest
 
-from proglib import assert_fast_path, assert_kernel_path, free_port
+from modes import assert_pair_paths
+from proglib import free_port
 
 PYTHON = "/usr/bin/python3"
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "asyncio_frames.py")
@@ -69,20 +70,11 @@ def run_pair(harness, make_end, layout, conns, requests, file_path=None, file_re
     return server_end, client_end, served
 
 
-def check_paths(layout, server_end, client_end):
-    if layout == "both_ulsock":
-        assert_fast_path(server_end, client_end)
-    elif layout == "server_ulsock":
-        assert_kernel_path(server_end)
-    elif layout == "client_ulsock":
-        assert_kernel_path(client_end)
-
-
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_frames(harness, make_end, layout):
     """50 concurrent connections, 8 pipelined frames each (one of them 1 MiB)."""
     server_end, client_end, _ = run_pair(harness, make_end, layout, conns=50, requests=8)
-    check_paths(layout, server_end, client_end)
+    assert_pair_paths(server_end, client_end)
     if layout == "both_ulsock":
         assert len(server_end.connections()) == 50, server_end.log_text()
 
@@ -97,4 +89,4 @@ def test_sendfile(harness, make_end, tmp_path, layout):
                                               requests=8, file_path=path, file_requests=4)
     assert int(served["sendfile_calls"]) >= 40, served
     assert int(served["sendfile_bytes"]) > 0, served
-    check_paths(layout, server_end, client_end)
+    assert_pair_paths(server_end, client_end)

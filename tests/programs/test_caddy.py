@@ -16,7 +16,7 @@ import time
 import pytest
 
 from proglib import assert_kernel_path, free_port, require
-from weblib import (FILES, EnvEnd, check_downloads, curl, get_args, make_files,
+from weblib import (FILES, EnvEnd, check_download_series, curl, get_args, make_files,
                     preloaded, stat_rows, wrk_result, wrk_start)
 
 MODES = ["plain", "server", "client", "both"]
@@ -92,12 +92,7 @@ def test_downloads(harness, make_end, tmp_path, mode):
     per request; a missing file is a 404."""
     server_end, client_end = ends(make_end, mode)
     caddy = Caddy(harness, server_end, tmp_path)
-    names = list(SERVE)
-    for close in (False, True):
-        out_dir = tmp_path / ("got-close" if close else "got-keepalive")
-        out_dir.mkdir()
-        results = curl(harness, client_end, get_args(caddy.base, names, out_dir, close))
-        check_downloads(results, names, out_dir, caddy.sums, close)
+    check_download_series(harness, client_end, caddy.base, list(SERVE), tmp_path, caddy.sums)
     missing = curl(harness, client_end, get_args(caddy.base, ["missing.bin"], tmp_path))
     assert [r[0] for r in missing] == [404], missing
     caddy.check_untouched()

@@ -36,8 +36,8 @@ import time
 
 import pytest
 
-from proglib import (BUILD, assert_fast_path, assert_kernel_path, free_port,
-                     listening_ports, require)
+from proglib import BUILD, assert_fast_path, assert_kernel_path, free_port, require
+from ulstest import net
 
 HELPERS = os.environ.get("ULSOCK_HELPERS") or os.path.join(BUILD, "tests", "helpers")
 MODES = ("echo", "sink", "source")
@@ -101,11 +101,8 @@ def write_config(tmp_path, threads, splice, routes):
 
 
 def wait_ports(ports, proc, timeout=15):
-    deadline = time.monotonic() + timeout
-    while not set(ports) <= listening_ports():
-        if proc.popen.poll() is not None or time.monotonic() > deadline:
-            pytest.fail("haproxy not listening on %s:\n%s" % (ports, proc.text()[-3000:]))
-        time.sleep(0.02)
+    if net.wait_listening(ports, lambda: not proc.alive, timeout) != "listening":
+        pytest.fail("haproxy not listening on %s:\n%s" % (ports, proc.text()[-3000:]))
 
 
 def run_client(harness, end, mode, port):

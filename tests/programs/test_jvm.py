@@ -19,7 +19,7 @@ import subprocess
 
 import pytest
 
-from pgsshjvmlib import MODES, check_paths, pair
+from modes import MODES, check_paths, pair
 from proglib import closed_connections, free_port, require
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java", "JvmEcho.java")

@@ -20,7 +20,8 @@ import re
 
 import pytest
 
-from proglib import assert_fast_path, assert_kernel_path, free_port, require
+from modes import assert_pair_paths
+from proglib import free_port, require
 
 # (server, client): which run under ulsock.
 LAYOUTS = {
@@ -53,15 +54,6 @@ CAPABLE_LINE = re.compile(r"^(ascii|binary) (.+?)\s+\[(pass|skip|FAIL)\]$")
 def ends(make_end, layout):
     s, c = LAYOUTS[layout]
     return make_end("server", s), make_end("client", c)
-
-
-def check_paths(layout, server_end, client_end):
-    if layout == "both_ulsock":
-        assert_fast_path(server_end, client_end)
-    elif layout == "server_ulsock":
-        assert_kernel_path(server_end)
-    elif layout == "client_ulsock":
-        assert_kernel_path(client_end)
 
 
 @pytest.fixture
@@ -121,7 +113,7 @@ def test_memccapable(harness, make_end, memcached, layout):
         assert n >= 20, "only %d %s tests ran:\n%s" % (n, proto, text[-3000:])
     assert "All tests passed" in text, text[-3000:]
     check_no_errors(stats(harness, client_end, port))
-    check_paths(layout, server_end, client_end)
+    assert_pair_paths(server_end, client_end)
 
 
 @pytest.mark.parametrize("protocol", ["ascii", "binary"])
@@ -153,7 +145,7 @@ def test_values(harness, make_end, memcached, tmp_path, layout, protocol):
     assert st["curr_items"] == str(len(names)), st
     assert st["cmd_set"] == str(len(names)), st
     assert st["get_hits"] == str(len(names)) and st["get_misses"] == "0", st
-    check_paths(layout, server_end, client_end)
+    assert_pair_paths(server_end, client_end)
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
@@ -174,4 +166,4 @@ def test_load(harness, make_end, memcached, layout):
     st = stats(harness, client_end, port)
     check_no_errors(st)
     assert int(st["cmd_get"]) >= int(got["cmd_get"]), (st, got)
-    check_paths(layout, server_end, client_end)
+    assert_pair_paths(server_end, client_end)

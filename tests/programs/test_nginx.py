@@ -22,10 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from proglib import (ULSOCK, End, assert_fast_path, assert_kernel_path, both_ulsock,
-                     free_port, one_plain, port_of, require)
-from weblib import (FILES, WRITE_OUT, WRITE_OUT_LINE, check_downloads, curl, file_sha256,
-                    get_args, make_files, sha256, stat_rows, wrk_result, wrk_start)
+from proglib import (ULSOCK, End, assert_fast_path, assert_kernel_path, assert_other_user,
+                     both_ulsock, free_port, one_plain, port_of, require)
+from weblib import (FILES, WRITE_OUT, WRITE_OUT_LINE, check_download_series, check_downloads,
+                    curl, file_sha256, get_args, make_files, sha256, stat_rows, wrk_result,
+                    wrk_start)
 
 MODES = ["plain", "both", "server", "client"]
 SERVE = dict(FILES, **{"kib.bin": 1024})
@@ -231,11 +232,7 @@ def test_downloads(harness, make_end, tmp_path, mode):
     server_end, client_end = ends(make_end, mode)
     nginx = Nginx(harness, server_end, tmp_path)
     names = list(SERVE)
-    for close in (False, True):
-        out_dir = tmp_path / ("got-close" if close else "got-keepalive")
-        out_dir.mkdir()
-        results = curl(harness, client_end, get_args(nginx.base, names, out_dir, close))
-        check_downloads(results, names, out_dir, nginx.sums, close)
+    check_download_series(harness, client_end, nginx.base, names, tmp_path, nginx.sums)
     missing = curl(harness, client_end, ["-o", os.devnull, "-w", WRITE_OUT,
                                          nginx.base + "/missing.bin"])
     assert [r[0] for r in missing] == [404], missing
@@ -427,10 +424,7 @@ def test_workers_of_another_user(harness, make_end, tmp_path, client_user):
         if client_user == "nobody":
             assert_fast_path(server_end, client_end)
         else:
-            assert_kernel_path(server_end)
-            assert_kernel_path(client_end)
-            for c in server_end.connections():
-                assert "peer uid %d is another user" % os.getuid() in c["reason"], c
+            assert_other_user(server_end, client_end, os.getuid())
         nginx.quit()
     finally:
         harness.close()

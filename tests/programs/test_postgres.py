@@ -34,10 +34,10 @@ import tempfile
 
 import pytest
 
-from pgsshjvmlib import (MODES, assert_quiet_log, check_paths, client_accelerated,
-                         server_accelerated)
-from proglib import (ULSOCK, End, assert_fast_path, assert_kernel_path,
-                     closed_connections, free_port)
+from modes import (MODES, assert_quiet_log, check_paths, client_accelerated,
+                   server_accelerated)
+from proglib import (ULSOCK, End, assert_fast_path, assert_other_user, closed_connections,
+                     free_port)
 
 PGBIN = os.environ.get("ULSOCK_PGBIN", "/usr/lib/postgresql/15/bin")
 PG_USER = "postgres"
@@ -412,8 +412,5 @@ def test_trusted_root_client(cluster, pg_session):
         if path == "shm":
             assert_fast_path(server_end, client_end)
         else:
-            assert_kernel_path(client_end)
-            assert_kernel_path(server_end)
-            for c in server_end.connections():
-                assert "peer uid 0 is another user" in c["reason"], c
+            assert_other_user(server_end, client_end, 0)
         assert_quiet_log(server_end, client_end)

@@ -27,14 +27,20 @@ def stop_server(server):
     return rc, server.text()
 
 
-def ping_pong(harness, end, port, size=64, seconds=1):
-    rc, out = harness.run(end, ["sockperf", "pp", "--tcp", "-i", "127.0.0.1", "-p", str(port),
+def client(harness, end, verb, port, size, seconds):
+    """Runs `sockperf VERB` (pp or tp) as end against port; returns its output."""
+    rc, out = harness.run(end, ["sockperf", verb, "--tcp", "-i", "127.0.0.1", "-p", str(port),
                                 "-t", str(seconds), "-m", str(size),
                                 # without a rate, sockperf's table of send times
                                 # overflows past 600,000 round trips a second
                                 "--mps", "5000000"], timeout=seconds + 60)
     text = out.decode("utf-8", "replace")
-    assert rc == 0, "sockperf pp exited %s:\n%s" % (rc, text[-3000:])
+    assert rc == 0, "sockperf %s exited %s:\n%s" % (verb, rc, text[-3000:])
+    return text
+
+
+def ping_pong(harness, end, port, size=64, seconds=1):
+    text = client(harness, end, "pp", port, size, seconds)
     latency = re.search(r"Summary: Latency is ([0-9.]+) usec", text)
     assert latency, "no latency summary:\n%s" % text[-3000:]
     assert float(latency[1]) > 0
@@ -53,13 +59,7 @@ def ping_pong(harness, end, port, size=64, seconds=1):
 
 def throughput(harness, end, port, size, seconds=1):
     """Returns how many messages the client says it sent."""
-    rc, out = harness.run(end, ["sockperf", "tp", "--tcp", "-i", "127.0.0.1", "-p", str(port),
-                                "-t", str(seconds), "-m", str(size),
-                                # without a rate, sockperf's table of send times
-                                # overflows past 600,000 round trips a second
-                                "--mps", "5000000"], timeout=seconds + 60)
-    text = out.decode("utf-8", "replace")
-    assert rc == 0, "sockperf tp exited %s:\n%s" % (rc, text[-3000:])
+    text = client(harness, end, "tp", port, size, seconds)
     rate = re.search(r"Summary: Message Rate is ([0-9.]+) \[msg/sec\]", text)
     assert rate and float(rate[1]) > 0, "no message rate:\n%s" % text[-3000:]
     sent = re.search(r"Total of (\d+) messages sent", text)

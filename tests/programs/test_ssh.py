@@ -22,7 +22,7 @@ import subprocess
 
 import pytest
 
-from pgsshjvmlib import MODES, assert_quiet_log, check_paths, pair
+from modes import MODES, assert_quiet_log, check_paths, pair
 from proglib import closed_connections, free_port, require
 
 SSHD = "/usr/sbin/sshd"

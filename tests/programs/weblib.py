@@ -96,6 +96,18 @@ def check_downloads(results, names, out_dir, sums, close):
             "first connection: %s" % connects
 
 
+
+def check_download_series(harness, end, base, names, tmp_path, sums):
+    """Every file of names from base as end, byte-exact: once over one kept-alive
+    connection (into tmp_path/got-keepalive), once with a connection per request (into
+    tmp_path/got-close)."""
+    for close in (False, True):
+        out_dir = tmp_path / ("got-close" if close else "got-keepalive")
+        out_dir.mkdir()
+        results = curl(harness, end, get_args(base, names, out_dir, close))
+        check_downloads(results, names, out_dir, sums, close)
+
+
 WRK_REQUESTS = re.compile(r"^\s*(\d+) requests in ([0-9.]+)(\w+), ([0-9.]+)(\w+) read", re.M)
 WRK_SOCKET_ERRORS = re.compile(r"Socket errors: connect (\d+), read (\d+), write (\d+), "
                                r"timeout (\d+)")

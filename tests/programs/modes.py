@@ -1,5 +1,6 @@
-"""Shared by test_postgres.py, test_ssh.py and test_jvm.py: the four ways a pair of
-ends runs, and the checks of the ulsock logs that follow from each.
+"""The ways the two ends of a client/server pair run, and the checks of the ulsock logs
+that follow from each (test_postgres.py, test_ssh.py, test_jvm.py by mode;
+test_asyncio.py and test_memcached.py by their ends alone).
 
 Modes, in the order the tests run them (plain first, so that a failure of the program
 itself shows before any ulsock run):
@@ -9,9 +10,8 @@ itself shows before any ulsock run):
   client_plain  the server under ulsock, the client plain: the server logs kernel
 """
 
-import re
-
-from proglib import CLOSE_LINE, LOG_LINE, assert_fast_path, assert_kernel_path
+from proglib import assert_fast_path, assert_kernel_path
+from ulstest import logs
 
 MODES = ["plain", "ulsock", "server_plain", "client_plain"]
 
@@ -30,29 +30,33 @@ def pair(make_end, mode):
             make_end("client", client_accelerated(mode)))
 
 
-# ulsock[PID]: fd=N LOCAL -> PEER left the fast path: REASON (a connection moved back to
-# kernel TCP in place after its path was logged).
-LEFT_LINE = re.compile(r"^ulsock\[\d+\]: fd=\d+ \S+ -> \S+ left the fast path: .+$")
+def assert_pair_paths(server_end, client_end):
+    """The paths the ends logged are the ones their pairing promises: the fast path when
+    both run ulsock, path=kernel with a reason on the one end that does, nothing when
+    neither does."""
+    if server_end.accelerated and client_end.accelerated:
+        assert_fast_path(server_end, client_end)
+    elif client_end.accelerated:
+        assert_kernel_path(client_end)
+    elif server_end.accelerated:
+        assert_kernel_path(server_end)
 
 
 def assert_quiet_log(*ends):
     """At level info ulsock logs only path decisions, their changes and closes; any other
     line is a warning or an error."""
+    known = (logs.PATH_LINE, logs.CLOSE_LINE, logs.LEFT_LINE)
     for end in ends:
         if not end.accelerated:
             continue
         other = [line for line in end.log_text().splitlines()
-                 if not LOG_LINE.match(line.strip()) and not CLOSE_LINE.match(line.strip())
-                 and not LEFT_LINE.match(line.strip())]
+                 if not any(p.match(line.strip()) for p in known)]
         assert not other, "%s logged warnings or errors:\n%s" % (end, "\n".join(other[-30:]))
 
 
 def check_paths(mode, server_end, client_end):
     """The paths the ends logged are the ones mode promises, with nothing else logged."""
-    if mode == "ulsock":
-        assert_fast_path(server_end, client_end)
-    elif mode == "server_plain":
-        assert_kernel_path(client_end)
-    elif mode == "client_plain":
-        assert_kernel_path(server_end)
+    assert (server_end.accelerated, client_end.accelerated) == \
+        (server_accelerated(mode), client_accelerated(mode)), (mode, server_end, client_end)
+    assert_pair_paths(server_end, client_end)
     assert_quiet_log(server_end, client_end)

@@ -1,0 +1,25 @@
+"""The lines ulsock logs per connection at level info (ULSOCK_LOG=info), the contract of
+docs/INTERFACES-dev.md; a harness points ULSOCK_LOG_FILE at a file and reads them back.
+Matched against a line stripped of surrounding white space."""
+
+import re
+
+# ulsock[PID]: fd=N LOCAL -> PEER path=shm
+# ulsock[PID]: fd=N LOCAL -> PEER path=kernel reason=WORDS
+PATH_LINE = re.compile(
+    r"^ulsock\[(?P<pid>\d+)\]: fd=(?P<fd>\d+) (?P<local>\S+) -> (?P<peer>\S+) "
+    r"path=(?P<path>shm|kernel)(?: reason=(?P<reason>.*))?$")
+
+# ulsock[PID]: fd=N LOCAL -> PEER closed: sent X bytes, received Y bytes in this process
+CLOSE_LINE = re.compile(r"^ulsock\[(\d+)\]: fd=(\d+) (\S+) -> (\S+) closed: sent (\d+) bytes, "
+                        r"received (\d+) bytes in this process$")
+
+# ulsock[PID]: fd=N LOCAL -> PEER left the fast path: REASON (a connection moved back to
+# kernel TCP in place after its path was logged).
+LEFT_LINE = re.compile(r"^ulsock\[\d+\]: fd=\d+ \S+ -> \S+ left the fast path: .+$")
+
+
+def matches(text, pattern):
+    """The match of PATTERN for each line of TEXT it matches, in order."""
+    found = (pattern.match(line.strip()) for line in text.splitlines())
+    return [m for m in found if m]

@@ -1,0 +1,65 @@
+"""TCP ports as the kernel lists them in /proc/net/tcp and /proc/net/tcp6.
+
+Reading /proc rather than connecting matters twice: a harness that never runs under
+ulsock may still be told to open no socket at all, and a probe connection counts as a
+client (iperf3 -1 serves one, then exits)."""
+
+import random
+import socket
+import time
+
+TCP_LISTEN = "0A"  # st, the fourth field of a /proc/net/tcp line
+
+
+def tcp_ports(listening=False):
+    """The local ports of the TCP sockets of this network namespace, IPv4 and IPv6; only
+    the listening ones if LISTENING."""
+    ports = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                next(f, None)
+                for line in f:
+                    fields = line.split()
+                    if listening and (len(fields) <= 3 or fields[3] != TCP_LISTEN):
+                        continue
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+        except OSError:
+            pass
+    return ports
+
+
+def listening_ports():
+    return tcp_ports(listening=True)
+
+
+def free_port(span=None):
+    """A TCP port nobody uses right now.
+
+    Without SPAN the kernel picks it: a socket is bound to 127.0.0.1:0 and closed, so the
+    caller must not run under ulsock. With SPAN, (low, high), a random port in
+    low <= port < high that no socket has, IPv4 or IPv6, read from /proc: no socket is
+    opened."""
+    if span is None:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    used = tcp_ports()
+    candidates = [p for p in range(*span) if p not in used]
+    assert candidates, "no free TCP port"
+    return random.choice(candidates)
+
+
+def wait_listening(ports, exited, timeout, interval=0.02):
+    """Waits until every port of PORTS listens. Returns "listening", or why it stopped
+    waiting before: "exited" once EXITED() is true (the server died), "timeout" after
+    TIMEOUT seconds."""
+    want = set(ports)
+    deadline = time.monotonic() + timeout
+    while not want <= listening_ports():
+        if exited():
+            return "exited"
+        if time.monotonic() > deadline:
+            return "timeout"
+        time.sleep(interval)
+    return "listening"
