@@ -45,7 +45,7 @@ def sources(root, exts=(".c", ".h")):
 CORE_TRANSPORT_DEBT = {
     ("src/core/conn.h", "../transport/shm/segment.h"),
     ("src/core/conn_io.c", "../transport/shm/guard.h"),
-    ("src/core/wait.c", "../transport/shm/guard.h"),
+    ("src/core/sigrestart.c", "../transport/shm/guard.h"),
 }
 
 

@@ -4,6 +4,10 @@
  * readiness lives in shared memory. A wait first checks the rings in user space (spinning
  * within the profile's budget), then arms wake-ups and sleeps in the kernel, where the
  * peer's wake-up byte makes the socket readable.
+ *
+ * poll.c holds poll and select; epoll.c the sets, their registrations and epoll_ctl;
+ * epoll_ghost.c the registrations that outlive the program's view of them; epoll_wait.c
+ * the wait. event_int.h is what they share.
  */
 #ifndef ULS_EVENT_H
 #define ULS_EVENT_H

@@ -6,6 +6,8 @@
  * (followers) sleep on a condition variable that the leader broadcasts after each wake-up.
  * Every waiter re-checks the rings afterwards; a waiter whose condition still does not
  * hold waits again, possibly as the new leader.
+ *
+ * waitq.c holds the queue and uls_wait; sigrestart.c the SA_RESTART emulation below.
  */
 #ifndef ULS_WAIT_H
 #define ULS_WAIT_H

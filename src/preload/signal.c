@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The calls that set signal actions. ulsock needs to see every handler the program
- * installs: its waits emulate SA_RESTART (core/wait.c), and SIGBUS belongs to the segment
+ * installs: its waits emulate SA_RESTART (core/sigrestart.c), and SIGBUS belongs to the segment
  * guard, which keeps the program's action for it (transport/shm/guard.h). glibc's
  * signal(), bsd_signal(), sysv_signal(), siginterrupt(), sigset() and sigignore() reach
  * the kernel through its internal sigaction, past the sigaction interposer, so they are

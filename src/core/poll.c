@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * poll and select over kernel descriptors and ring conns, and the readiness helpers the
+ * epoll files share (event_int.h): which descriptors are ring conns, what the kernel is
+ * asked for them, and how its answer merges with the rings'.
+ */
+#include "event.h"
+#include "event_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "bell.h"
+#include "conn.h"
+#include "../os/cpu.h"
+#include "fdtable.h"
+#include "spin.h"
+#include "../os/libc.h"
+
+#define KERNEL_RX_BITS (POLLIN | POLLRDHUP | POLLPRI)
+#define KERNEL_TX_BITS (POLLOUT)
+
+/* The conn of fd when its readiness is (partly) in user space, else NULL. */
+struct uls_conn *uls_ring_conn(int fd)
+{
+	struct uls_conn *c = uls_fd_conn(fd);
+
+	/* A client still waiting for its server counts: it must arm wake-ups for the ring. */
+	if (!c || !c->seg.hdr || atomic_load(&c->path) == ULS_PATH_KERNEL)
+		return NULL;
+	return c;
+}
+
+int uls_kernel_events_for(struct uls_conn *c, int events)
+{
+	int parts = uls_conn_kernel_parts(c), k = POLLIN | POLLRDHUP | (events & POLLPRI);
+
+	if ((parts & ULS_KERNEL_TX) && (events & POLLOUT))
+		k |= POLLOUT;
+	return k;
+}
+
+/* Readiness of a ring conn given what the kernel reported for its socket. */
+int uls_ready_merge(struct uls_conn *c, int fd, int events, int krev)
+{
+	int was = uls_conn_kernel_parts(c), parts, r;
+
+	/* Not with an error pending: the drain's read would take it, and the kernel keeps
+	 * reporting it until the program's own call does. */
+	if ((krev & (POLLIN | POLLRDHUP | POLLHUP)) && !(krev & POLLERR) && !(was & ULS_KERNEL_RX))
+		uls_conn_drain(c, fd);
+	parts = uls_conn_kernel_parts(c);
+	/* The drain followed the peer back to TCP (revert.c): the kernel's readiness was
+	 * taken before it read the last wake-ups there, and is asked again. */
+	if ((parts & ULS_KERNEL_RX) && !(was & ULS_KERNEL_RX)) {
+		struct pollfd p = {.fd = uls_conn_fd(c, fd), .events = (short)(events | POLLRDHUP)};
+		krev = uls_libc.poll(&p, 1, 0) > 0 ? p.revents : 0;
+	}
+	r = uls_conn_ready(c, events);
+	/*
+	 * Errors and hang-ups of the socket are the kernel's, whichever way the bytes go (a
+	 * send after the peer closed goes to the kernel, whose reset ends it), and so is
+	 * urgent data, which never travels on the rings (conn_io.c, MSG_OOB).
+	 */
+	r |= krev & (POLLHUP | POLLERR | (events & POLLPRI));
+	if (parts & ULS_KERNEL_RX)
+		r |= krev & (KERNEL_RX_BITS | POLLHUP | POLLERR) & (events | POLLHUP | POLLERR);
+	if (parts & ULS_KERNEL_TX)
+		r |= krev & KERNEL_TX_BITS & events;
+	return r;
+}
+
+int64_t uls_ns_remaining(uint64_t deadline, int64_t timeout_ns)
+{
+	uint64_t now;
+
+	if (timeout_ns < 0)
+		return -1;
+	now = uls_now_ns();
+	return now >= deadline ? 0 : (int64_t)(deadline - now);
+}
+
+static int kernel_ppoll(struct pollfd *k, nfds_t n, int64_t ns, const sigset_t *mask)
+{
+	struct timespec ts, *tp = NULL;
+	int r;
+
+	if (ns >= 0) {
+		ts.tv_sec = ns / 1000000000;
+		ts.tv_nsec = ns % 1000000000;
+		tp = &ts;
+	}
+	if (ns != 0)
+		uls_seg_reap();
+	r = uls_libc.ppoll(k, n, tp, mask);
+	return r < 0 ? -errno : r;
+}
+
+/* One pass: user readiness of ring conns merged with a kernel snapshot in k. */
+static int poll_collect(struct pollfd *fds, struct pollfd *k, struct uls_conn **cs, nfds_t n,
+			int have_kernel)
+{
+	int count = 0;
+
+	for (nfds_t i = 0; i < n; i++) {
+		int krev = have_kernel ? k[i].revents : 0;
+		/* A number closed meanwhile by another thread: the kernel's answer stands. */
+		if (krev & POLLNVAL)
+			fds[i].revents = POLLNVAL;
+		else
+			fds[i].revents = cs[i] ? (short)uls_ready_merge(cs[i], fds[i].fd, fds[i].events, krev)
+					       : (short)krev;
+		count += fds[i].revents != 0;
+	}
+	return count;
+}
+
+static int any_user_ready(struct pollfd *fds, struct uls_conn **cs, nfds_t n)
+{
+	for (nfds_t i = 0; i < n; i++)
+		if (cs[i] && uls_conn_ready(cs[i], fds[i].events))
+			return 1;
+	return 0;
+}
+
+/*
+ * Before the first sleep of a poll in a multi-threaded process: the thread's bell joins
+ * the kernel wait set (at k[n]) and becomes the current one. Returns the bell or -1;
+ * *bounded is set when the sleep must not last.
+ */
+static int poll_bell(struct pollfd *k, nfds_t n, int *bounded)
+{
+	int bell = uls_bell_thread();
+
+	if (bell < 0) {
+		*bounded = 1;
+		return -1;
+	}
+	uls_bell_begin(bell);
+	k[n] = (struct pollfd){.fd = uls_bell_fd(bell), .events = POLLIN};
+	uls_bell_current = bell;
+	return bell;
+}
+
+int uls_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *mask)
+{
+	struct pollfd kst[65], *k = kst;
+	struct uls_conn *cst[64], **cs = cst;
+	uint64_t start = uls_now_ns(), deadline = start + (uint64_t)(timeout_ns > 0 ? timeout_ns : 0);
+	int nconn = 0, r, bell = -1, bounded = 0, was_current = uls_bell_current;
+	unsigned spins = 0;
+	struct uls_spin spin;
+
+	if (n > 64) {
+		k = malloc((n + 1) * sizeof(*k));
+		cs = malloc(n * sizeof(*cs));
+		if (!k || !cs) {
+			free(k == kst ? NULL : k);
+			free(cs == cst ? NULL : cs);
+			return -ENOMEM;
+		}
+	}
+	for (nfds_t i = 0; i < n; i++) {
+		cs[i] = fds[i].fd >= 0 ? uls_ring_conn(fds[i].fd) : NULL;
+		/* Held, as the kernel holds the files a poll names: a close by another thread
+		 * leaves the conn to this call (conn.c, kept_for_calls). */
+		if (cs[i] && !uls_conn_hold(cs[i]))
+			cs[i] = NULL;
+		nconn += cs[i] != NULL;
+		k[i] = fds[i];
+		if (cs[i])
+			k[i].events = (short)uls_kernel_events_for(cs[i], fds[i].events);
+	}
+	if (!nconn) {
+		r = kernel_ppoll(fds, n, timeout_ns, mask);
+		goto out;
+	}
+	uls_spin_start(&spin);
+	for (;;) {
+		int64_t left = uls_ns_remaining(deadline, timeout_ns);
+		int sleeping = 0;
+		if (any_user_ready(fds, cs, n) || left == 0 || (++spins & 63) == 0) {
+			r = kernel_ppoll(k, n + (bell >= 0), 0, mask);
+		} else if (uls_spin_more(&spin)) {
+			continue;
+		} else {
+			if (bell < 0 && !bounded && !ULS_SINGLE_THREADED())
+				bell = poll_bell(k, n, &bounded);
+			for (nfds_t i = 0; i < n; i++) {
+				if (!cs[i])
+					continue;
+				/* The bell first, then the arm (bell.h). */
+				if (bell >= 0 && !uls_bells_add(&cs[i]->bells, bell))
+					bounded = 1;
+				uls_conn_arm(cs[i], fds[i].events);
+			}
+			if (any_user_ready(fds, cs, n))
+				continue;
+			sleeping = 1;
+			if (bounded && (left < 0 || left > BOUNDED_SLEEP_NS))
+				left = BOUNDED_SLEEP_NS;
+			r = kernel_ppoll(k, n + (bell >= 0), left, mask);
+		}
+		if (r < 0)
+			goto out;
+		if (bell >= 0 && k[n].revents)
+			uls_bell_clear(bell);
+		r = poll_collect(fds, k, cs, n, 1);
+		if (r > 0 || left == 0 || (sleeping && uls_ns_remaining(deadline, timeout_ns) == 0))
+			goto out;
+	}
+out:
+	uls_bell_current = was_current;
+	for (nfds_t i = 0; i < n; i++)
+		if (cs[i])
+			uls_conn_unhold(cs[i]);
+	if (k != kst)
+		free(k);
+	if (cs != cst)
+		free(cs);
+	return r;
+}
