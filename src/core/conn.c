@@ -598,7 +598,7 @@ static void close_last(struct uls_conn *c, int fd, int do_close, int *rc, int *e
 	*err = 0;
 	/* Wake-up bytes left unread make the kernel reset instead of close; but with other
 	 * holders of the socket they may be another process's wake-up: leave them. */
-	if (c->seg.hdr && atomic_load(&c->path) != ULS_PATH_KERNEL && !uls_conn_maybe_shared(c))
+	if (uls_conn_accelerated(c) && !uls_conn_maybe_shared(c))
 		close_drain(c, fd);
 	if (atomic_load(&c->path) == ULS_PATH_PENDING && c->role == ULS_CLIENT) {
 		/* The server may have attached without this side having moved a byte since. */
@@ -749,7 +749,7 @@ int uls_conn_any_accelerated(void)
 
 	pthread_mutex_lock(&list_mu);
 	for (struct uls_conn *c = conn_list; c && !any; c = c->next)
-		any = c->seg.hdr && atomic_load(&c->path) != ULS_PATH_KERNEL;
+		any = uls_conn_accelerated(c);
 	pthread_mutex_unlock(&list_mu);
 	return any;
 }

@@ -104,6 +104,16 @@ struct uls_conn {
 	struct uls_conn *next; /* process-wide list */
 };
 
+/*
+ * Some of c's bytes may travel off the kernel path: it has a fast-path attachment and has
+ * not moved back to kernel TCP. The one test of "is this connection accelerated" (NULL:
+ * no). Readiness decisions that must see the pending client use the attachment alone.
+ */
+static inline int uls_conn_accelerated(struct uls_conn *c)
+{
+	return c && c->seg.hdr && atomic_load(&c->path) != ULS_PATH_KERNEL;
+}
+
 /* The descriptor for c's kernel work: fd, or the one kept for calls a close overtook. */
 static inline int uls_conn_fd(struct uls_conn *c, int fd)
 {

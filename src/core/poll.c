@@ -26,7 +26,7 @@ struct uls_conn *uls_ring_conn(int fd)
 	struct uls_conn *c = uls_fd_conn(fd);
 
 	/* A client still waiting for its server counts: it must arm wake-ups for the ring. */
-	if (!c || !c->seg.hdr || atomic_load(&c->path) == ULS_PATH_KERNEL)
+	if (!uls_conn_accelerated(c))
 		return NULL;
 	return c;
 }

@@ -247,7 +247,7 @@ int uls_conn_tx_to_kernel(struct uls_conn *c, int fd)
 {
 	int r = 0;
 
-	if (!c->seg.hdr || atomic_load(&c->path) == ULS_PATH_KERNEL)
+	if (!uls_conn_accelerated(c))
 		return 0;
 	if (!uls_conn_hold(c))
 		return -EBADF;
@@ -358,7 +358,7 @@ static int revert(struct uls_conn *c, int fd, int timeout_ms, int try)
 	uint64_t deadline = uls_now_ns() + (uint64_t)timeout_ms * 1000000u;
 	int r = 0;
 
-	if (!c->seg.hdr || atomic_load(&c->path) == ULS_PATH_KERNEL)
+	if (!uls_conn_accelerated(c))
 		return 0;
 	if (!uls_conn_hold(c))
 		return -EBADF;
@@ -434,7 +434,7 @@ int uls_conn_revert(struct uls_conn *c, int fd, int timeout_ms)
 
 void uls_conn_async(struct uls_conn *c, int fd)
 {
-	if (!c->seg.hdr || atomic_load(&c->path) == ULS_PATH_KERNEL)
+	if (!uls_conn_accelerated(c))
 		return;
 	uls_info("fd=%d: %s: the connection moves back to kernel TCP", fd, WHY_ASYNC);
 	int r = revert(c, fd, 2000, 0);

@@ -101,7 +101,7 @@ void uls_conn_fix_tcp_info(struct uls_conn *c, void *info, socklen_t len)
 {
 	struct tcp_info *ti = info;
 
-	if (!c->seg.hdr || atomic_load(&c->path) == ULS_PATH_KERNEL)
+	if (!uls_conn_accelerated(c))
 		return;
 	uint64_t my_tokens = atomic_load(&c->me->tokens_sent);
 	uint64_t peer_tokens = atomic_load(&c->peer->tokens_sent);

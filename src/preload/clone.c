@@ -57,7 +57,7 @@ static void note_sockets(void)
 
 	for (int fd = 0; fd < max; fd++) {
 		struct uls_conn *c = uls_fd_conn(fd);
-		if (c && c->seg.hdr && atomic_load(&c->path) != ULS_PATH_KERNEL)
+		if (uls_conn_accelerated(c))
 			uls_conn_note_socket(c, fd);
 	}
 }

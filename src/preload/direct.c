@@ -61,7 +61,7 @@ static void leave_rings(const char *why)
 	int max = uls_fd_max();
 	for (int fd = 0; fd < max; fd++) {
 		struct uls_conn *c = uls_fd_conn(fd);
-		if (!c || !c->seg.hdr || atomic_load(&c->path) == ULS_PATH_KERNEL)
+		if (!uls_conn_accelerated(c))
 			continue;
 		int r = uls_conn_revert(c, fd, 2000);
 		if (r < 0)
@@ -74,13 +74,6 @@ static void leave_rings(const char *why)
 #define WHY_SECCOMP "the process installs a seccomp filter"
 
 /* ---- preadv2 and pwritev2 ---- */
-
-static struct uls_conn *accel_conn(int fd)
-{
-	struct uls_conn *c = uls_fd_conn(fd);
-
-	return c && c->seg.hdr && atomic_load(&c->path) != ULS_PATH_KERNEL ? c : NULL;
-}
 
 typedef ssize_t (*rwv2_fn)(int, const struct iovec *, int, off_t, int);
 
@@ -96,7 +89,7 @@ static ssize_t rwv2(int write, int fd, const struct iovec *iov, int iovcnt, off_
 	uls_ensure_init();
 	if (!real[write])
 		real[write] = (rwv2_fn)dlsym(RTLD_NEXT, write ? "pwritev2" : "preadv2");
-	c = accel_conn(fd);
+	c = uls_fd_accel(fd);
 	/* Any other offset: the kernel's ESPIPE or EINVAL, with nothing moved. */
 	if (!c || offset != -1)
 		return real[write](fd, iov, iovcnt, offset, flags);
@@ -140,7 +133,7 @@ ULS_EXPORT ssize_t pwritev64v2(int fd, const struct iovec *iov, int iovcnt, off_
 
 static int aio_leaves(int fd)
 {
-	struct uls_conn *c = accel_conn(fd);
+	struct uls_conn *c = uls_fd_accel(fd);
 
 	if (!c)
 		return 0;

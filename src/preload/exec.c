@@ -70,7 +70,7 @@ static int revert_inherited(int all)
 		if (de->d_name[0] < '0' || de->d_name[0] > '9' || fd == dirfd(d))
 			continue;
 		struct uls_conn *c = uls_fd_conn(fd);
-		if (!c || !c->seg.hdr || atomic_load(&c->path) == ULS_PATH_KERNEL)
+		if (!uls_conn_accelerated(c))
 			continue;
 		int fl = uls_libc.fcntl(fd, F_GETFD);
 		if (fl < 0 || ((fl & FD_CLOEXEC) && !all))
@@ -336,7 +336,7 @@ ULS_EXPORT FILE *fdopen(int fd, const char *mode)
 
 	uls_ensure_init();
 	c = uls_fd_conn(fd);
-	if (c && c->seg.hdr && atomic_load(&c->path) != ULS_PATH_KERNEL) {
+	if (uls_conn_accelerated(c)) {
 		int r = uls_conn_revert(c, fd, 2000);
 		if (r < 0)
 			uls_err("fdopen: fd=%d stays accelerated (%s): stdio will not see its data",

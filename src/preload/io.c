@@ -351,7 +351,7 @@ static void note_passed_fds(int unix_fd, const struct msghdr *msg)
 		if (!pc)
 			continue;
 		atomic_store(&pc->shared, 1);
-		if (!pc->seg.hdr || atomic_load(&pc->path) == ULS_PATH_KERNEL)
+		if (!uls_conn_accelerated(pc))
 			continue;
 		if (verified < 0)
 			verified = peer_runs_ulsock(unix_fd);

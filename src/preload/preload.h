@@ -9,6 +9,8 @@
 
 #include "../os/guard.h"
 #include "../os/libc.h"
+#include "../core/conn.h"
+#include "../core/fdtable.h"
 
 #define ULS_EXPORT __attribute__((visibility("default")))
 
@@ -71,6 +73,17 @@ static inline int uls_enter(void)
 		return 0;
 	uls_ensure_init();
 	return 1;
+}
+
+/*
+ * The connection of fd when some of its bytes may travel off the kernel path, else NULL.
+ * No classification: a descriptor ulsock never saw made is plain.
+ */
+static inline struct uls_conn *uls_fd_accel(int fd)
+{
+	struct uls_conn *c = uls_fd_conn(fd);
+
+	return uls_conn_accelerated(c) ? c : NULL;
 }
 
 /* Turns the core's -errno convention into libc's -1 and errno. */

@@ -205,7 +205,7 @@ ULS_EXPORT int shutdown(int fd, int how)
 		return uls_libc.shutdown(fd, how);
 	struct uls_conn *c = uls_fd_conn(fd);
 
-	if (!c || !c->seg.hdr || atomic_load(&c->path) == ULS_PATH_KERNEL)
+	if (!uls_conn_accelerated(c))
 		return uls_libc.shutdown(fd, how);
 	return (int)uls_ret(uls_conn_shutdown(c, fd, how));
 }
@@ -219,14 +219,6 @@ static uint64_t tv_ns(const void *val, socklen_t len)
 	return (uint64_t)tv->tv_sec * 1000000000u + (uint64_t)tv->tv_usec * 1000u;
 }
 
-/* The conn of fd when its kernel socket may carry wake-up bytes (TCP_NODELAY is ours). */
-static struct uls_conn *waking_conn(int fd)
-{
-	struct uls_conn *c = uls_fd_conn(fd);
-
-	return c && c->seg.hdr && atomic_load(&c->path) != ULS_PATH_KERNEL ? c : NULL;
-}
-
 ULS_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 {
 	if (!uls_enter())
@@ -234,7 +226,7 @@ ULS_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len
 	struct uls_conn *c;
 
 	/* Receiving by mapping the socket's pages is the kernel's: its bytes must be there. */
-	if (level == IPPROTO_TCP && name == TCP_ZEROCOPY_RECEIVE && (c = waking_conn(fd)) != NULL) {
+	if (level == IPPROTO_TCP && name == TCP_ZEROCOPY_RECEIVE && (c = uls_fd_accel(fd)) != NULL) {
 		int err = uls_conn_revert(c, fd, 2000);
 		if (err < 0)
 			return (int)uls_ret(err);
@@ -242,17 +234,17 @@ ULS_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len
 	int r = uls_libc.getsockopt(fd, level, name, val, len);
 
 	if (r == 0 && level == IPPROTO_TCP && name == TCP_NODELAY && val && len &&
-	    *len >= sizeof(int) && (c = waking_conn(fd)) != NULL &&
+	    *len >= sizeof(int) && (c = uls_fd_accel(fd)) != NULL &&
 	    atomic_load(&c->nodelay_forced))
 		*(int *)val = atomic_load(&c->app_nodelay);
 	if (r == 0 && level == SOL_SOCKET && name == SO_RCVLOWAT && val && len &&
-	    *len >= sizeof(int) && (c = waking_conn(fd)) != NULL && atomic_load(&c->rcvlowat))
+	    *len >= sizeof(int) && (c = uls_fd_accel(fd)) != NULL && atomic_load(&c->rcvlowat))
 		*(int *)val = atomic_load(&c->rcvlowat);
 	if (r == 0 && level == SOL_SOCKET && name == SO_PEEK_OFF && val && len &&
-	    *len >= sizeof(int) && (c = waking_conn(fd)) != NULL)
+	    *len >= sizeof(int) && (c = uls_fd_accel(fd)) != NULL)
 		*(int *)val = atomic_load(&c->peek_off);
 	if (r == 0 && level == IPPROTO_TCP && name == TCP_INFO && val && len &&
-	    (c = waking_conn(fd)) != NULL)
+	    (c = uls_fd_accel(fd)) != NULL)
 		uls_conn_fix_tcp_info(c, val, *len);
 	return r;
 }
@@ -266,15 +258,15 @@ ULS_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_
 	int r;
 
 	if (level == IPPROTO_TCP && name == TCP_NODELAY && val && len >= sizeof(int) &&
-	    (c = waking_conn(fd)) != NULL) {
+	    (c = uls_fd_accel(fd)) != NULL) {
 		/* Once wake-ups flow the socket keeps TCP_NODELAY: the choice is remembered. */
 		return uls_conn_set_app_nodelay(c, fd, *(const int *)val);
 	}
 	if (level == SOL_SOCKET && name == SO_RCVLOWAT && val && len >= sizeof(int) &&
-	    (c = waking_conn(fd)) != NULL)
+	    (c = uls_fd_accel(fd)) != NULL)
 		return uls_conn_set_rcvlowat(c, fd, *(const int *)val);
 	if (level == IPPROTO_TCP && name == TCP_INQ && val && len >= sizeof(int) &&
-	    (c = waking_conn(fd)) != NULL) {
+	    (c = uls_fd_accel(fd)) != NULL) {
 		r = uls_libc.setsockopt(fd, level, name, val, len);
 		if (r == 0)
 			atomic_store(&c->tcp_inq, *(const int *)val != 0);
@@ -286,7 +278,7 @@ ULS_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_
 		return r;
 	/* The kernel took the value: the ring follows it. */
 	if ((name == SO_ZEROCOPY || name == SO_PEEK_OFF) && val && len >= sizeof(int) &&
-	    (c = waking_conn(fd)) != NULL) {
+	    (c = uls_fd_accel(fd)) != NULL) {
 		if (name == SO_ZEROCOPY)
 			uls_conn_zc_set(c, *(const int *)val != 0);
 		else
@@ -365,7 +357,7 @@ ULS_EXPORT int fcntl(int fd, int cmd, ...)
 		return r;
 	if (cmd == F_SETFL) {
 		set_nonblock(fd, (arg & O_NONBLOCK) != 0);
-		if ((arg & O_ASYNC) && (c = waking_conn(fd)) != NULL)
+		if ((arg & O_ASYNC) && (c = uls_fd_accel(fd)) != NULL)
 			uls_conn_async(c, fd);
 	} else if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) {
 		dup_result(fd, r);
@@ -396,7 +388,7 @@ ULS_EXPORT int ioctl(int fd, unsigned long req, ...)
 	va_end(ap);
 	if (!uls_enter())
 		return uls_libc.ioctl(fd, req, arg);
-	if (req == SIOCATMARK && arg && (c = waking_conn(fd)) != NULL)
+	if (req == SIOCATMARK && arg && (c = uls_fd_accel(fd)) != NULL)
 		return (int)uls_ret(uls_conn_atmark(c, fd, arg));
 	if (req == FIONREAD || req == SIOCOUTQ) {
 		c = uls_fd_conn(fd);
@@ -407,7 +399,7 @@ ULS_EXPORT int ioctl(int fd, unsigned long req, ...)
 	int r = uls_libc.ioctl(fd, req, arg);
 	if (r == 0 && req == FIONBIO && arg)
 		set_nonblock(fd, *(int *)arg != 0);
-	if (r == 0 && req == FIOASYNC && arg && *(int *)arg && (c = waking_conn(fd)) != NULL)
+	if (r == 0 && req == FIOASYNC && arg && *(int *)arg && (c = uls_fd_accel(fd)) != NULL)
 		uls_conn_async(c, fd);
 	return r;
 }

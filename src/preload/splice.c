@@ -192,14 +192,6 @@ static ssize_t pipe_to_socket(struct uls_conn *c, int pfd, int sfd, size_t len,
 	return n;
 }
 
-/* The accelerated connection of fd, if any (no classification: splice never made it). */
-static struct uls_conn *splice_conn(int fd)
-{
-	struct uls_conn *c = uls_fd_conn(fd);
-
-	return c && c->seg.hdr && atomic_load(&c->path) != ULS_PATH_KERNEL ? c : NULL;
-}
-
 ULS_EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, size_t len,
 			  unsigned int flags)
 {
@@ -207,8 +199,8 @@ ULS_EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out
 
 	if (!uls_enter())
 		return real_splice(fd_in, off_in, fd_out, off_out, len, flags);
-	cin = splice_conn(fd_in);
-	cout = splice_conn(fd_out);
+	cin = uls_fd_accel(fd_in);
+	cout = uls_fd_accel(fd_out);
 	if (!cin && !cout)
 		return real_splice(fd_in, off_in, fd_out, off_out, len, flags);
 	/* A socket takes no offset, a pipe no offset either: the kernel's answers. */

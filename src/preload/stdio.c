@@ -28,18 +28,11 @@
 #include "../core/fdtable.h"
 #include "../core/log.h"
 
-static struct uls_conn *accelerated(int fd)
-{
-	struct uls_conn *c = uls_fd_conn(fd);
-
-	return c && c->seg.hdr && atomic_load(&c->path) != ULS_PATH_KERNEL ? c : NULL;
-}
-
 void uls_stdio_guard(int fd)
 {
 	struct uls_conn *c;
 
-	if (fd < 0 || fd > 2 || !(c = accelerated(fd)))
+	if (fd < 0 || fd > 2 || !(c = uls_fd_accel(fd)))
 		return;
 	/* Best effort: a connection that cannot move yet (its peer's first bytes, sent
 	 * before the switch, are still unread: EBUSY) keeps working through ulsock for every
@@ -85,7 +78,7 @@ static int format_to(int fd, const char *fmt, va_list ap)
 ULS_EXPORT int vdprintf(int fd, const char *fmt, va_list ap)
 {
 	uls_ensure_init();
-	if (accelerated(fd))
+	if (uls_fd_accel(fd))
 		return format_to(fd, fmt, ap);
 	return uls_libc.vdprintf(fd, fmt, ap);
 }
@@ -107,7 +100,7 @@ int __dprintf_chk(int fd, int flag, const char *fmt, ...);
 ULS_EXPORT int __vdprintf_chk(int fd, int flag, const char *fmt, va_list ap)
 {
 	uls_ensure_init();
-	if (accelerated(fd))
+	if (uls_fd_accel(fd))
 		return format_to(fd, fmt, ap);
 	return uls_libc.__vdprintf_chk(fd, flag, fmt, ap);
 }
