@@ -11,7 +11,9 @@ Rules that hold today:
   - src/core/ includes no transport header beyond the edges listed in CORE_TRANSPORT_DEBT,
     which only shrinks: the shared-memory data path still lives partly in core until it
     moves behind the transport table (issue 13). A new edge fails the check, and so does
-    a listed one that is gone (remove it from the list).
+    a listed one that is gone (remove it from the list). The ring, its fences and the
+    shared-memory locks moved to src/transport/shm, which made five of these edges visible
+    that were there before as includes of core's own files.
 
 ctest runs it (layout.headers, label unit). Exit 0 when every include follows the rules,
 1 with one line per include that does not.
@@ -41,10 +43,17 @@ def sources(root, exts=(".c", ".h")):
                 yield os.path.join(dirpath, name)
 
 
-# (core file, transport header it still includes): the edges left to cut.
+# (core file, transport header it still includes): the edges left to cut. conn_io.c and
+# revert.c are the shared-memory data path and its move back to TCP, still in core; conn.h
+# embeds the segment; conn.c creates and opens it; sigrestart.c hands SIGBUS to the guard.
 CORE_TRANSPORT_DEBT = {
     ("src/core/conn.h", "../transport/shm/segment.h"),
+    ("src/core/conn.c", "../transport/shm/shmlock.h"),
     ("src/core/conn_io.c", "../transport/shm/guard.h"),
+    ("src/core/conn_io.c", "../transport/shm/fence.h"),
+    ("src/core/conn_io.c", "../transport/shm/shmlock.h"),
+    ("src/core/revert.c", "../transport/shm/fence.h"),
+    ("src/core/revert.c", "../transport/shm/shmlock.h"),
     ("src/core/sigrestart.c", "../transport/shm/guard.h"),
 }
 

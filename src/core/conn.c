@@ -22,7 +22,7 @@
 #include "handshake.h"
 #include "log.h"
 #include "../os/ownfd.h"
-#include "shmlock.h"
+#include "../transport/shm/shmlock.h"
 #include "../os/libc.h"
 
 static pthread_mutex_t list_mu = PTHREAD_MUTEX_INITIALIZER;

@@ -27,9 +27,9 @@
 #include "config.h"
 #include "../os/cpu.h"
 #include "../os/futex.h"
-#include "fence.h"
+#include "../transport/shm/fence.h"
 #include "log.h"
-#include "shmlock.h"
+#include "../transport/shm/shmlock.h"
 #include "spin.h"
 #include "../os/libc.h"
 

@@ -15,9 +15,9 @@
 #include "conn.h"
 #include "conn_io.h"
 #include "../os/cpu.h"
-#include "fence.h"
+#include "../transport/shm/fence.h"
 #include "log.h"
-#include "shmlock.h"
+#include "../transport/shm/shmlock.h"
 #include "../os/libc.h"
 
 

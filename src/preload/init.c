@@ -11,7 +11,7 @@
 #include "../os/ownfd.h"
 #include "../core/event.h"
 #include "../core/fdtable.h"
-#include "../core/fence.h"
+#include "../transport/shm/fence.h"
 #include "../core/log.h"
 #include "../core/stat.h"
 #include "../transport/shm/guard.h"

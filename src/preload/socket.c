@@ -188,7 +188,7 @@ ULS_EXPORT int close(int fd)
 	if (uls_vfork_child())
 		return uls_libc.close(fd); /* the parent's tables are not the child's (clone.c) */
 	if (uls_own_fd_is(fd))
-		return 0; /* the library's own: out of the program's reach (core/ownfd.h) */
+		return 0; /* the library's own: out of the program's reach (os/ownfd.h) */
 
 	if (!e || atomic_load(&e->kind) != ULS_FD_CONN || !e->conn) {
 		forget(fd);

@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #include "core/config.h"
-#include "core/ring.h"
+#include "transport/shm/ring.h"
 #include "os/libc.h"
 #include "transport/shm/segment.h"
 

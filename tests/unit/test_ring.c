@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "core/ring.h"
+#include "transport/shm/ring.h"
 
 /* ThreadSanitizer adds nothing to this single-threaded test, but slows every byte. */
 #if defined(__SANITIZE_THREAD__)

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "core/ring.h"
+#include "transport/shm/ring.h"
 
 struct run {
 	struct uls_ring r;

@@ -6,8 +6,8 @@
  * it after accept() through the inode the kernel reports for the peer socket. See
  * docs/protocol.md for the layout and the handshake.
  *
- * This is an ABI between two processes: fixed-width fields, explicit alignment, no
- * pointers. Every field can be written by the peer, so readers validate what they use.
+ * The shared layout is an ABI between two processes, in shm_abi.h with its offsets
+ * pinned; this header is the process-local side: the mapping and its operations.
  */
 #ifndef ULS_SEGMENT_H
 #define ULS_SEGMENT_H
@@ -16,84 +16,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "../../core/ring.h"
-
-#define ULS_SEG_MAGIC 0x0031474553534c55ULL /* "ULSSEG1" */
-#define ULS_SEG_VERSION 3u
-#define ULS_SEG_HDR_SIZE 4096u
-
-enum { ULS_CLIENT = 0, ULS_SERVER = 1 };
-enum { ULS_C2S = 0, ULS_S2C = 1 };
-
-/* Side state flags. */
-#define ULS_SIDE_ATTACHED 0x1u /* server: the server uses the rings (set once, first) */
-#define ULS_SIDE_DECLINED 0x2u /* server: it found the segment but stays on TCP */
-#define ULS_SIDE_CLOSED 0x4u   /* no process of this side holds the connection any more */
-#define ULS_SIDE_RESET 0x10u   /* closed with SO_LINGER {1, 0}: the peer reports ECONNRESET */
-#define ULS_SIDE_TCP_SHUT 0x8u /* client: shut TCP down for writing before its switch, so
-				* it never switches (no wake-ups can follow the FIN) */
-
-/* Written once by the client before connect(); read-only afterwards. */
-struct uls_seg_ident {
-	uint64_t magic;
-	uint32_t version;
-	uint32_t hdr_size;
-	uint64_t total_size;
-	uint64_t ring_off[2];
-	uint64_t ring_size[2];
-	uint64_t client_ino;    /* inode of the client's TCP socket */
-	uint64_t client_cookie; /* SO_COOKIE of the client's TCP socket */
-	uint32_t client_uid;
-	uint32_t client_pid;
-	uint8_t pad[128 - 80];
-};
-_Static_assert(sizeof(struct uls_seg_ident) == 128, "ident size");
-
-/* Written only by the processes of one side. */
-struct uls_side {
-	/* Line 0: locks serializing this side's threads and processes, per direction. */
-	_Alignas(ULS_CACHELINE) _Atomic uint32_t lock[2]; /* [0] send, [1] receive */
-	_Atomic uint32_t lock_owner[2];                   /* pid holding each lock */
-	_Atomic uint32_t token_lock;   /* serializes wake-up sends against a revert */
-	_Atomic uint32_t token_owner;
-	_Atomic uint32_t solo_busy[2]; /* pid running a call without the lock, per direction */
-	_Atomic uint32_t multi;        /* a second process of this side uses the connection */
-	uint8_t pad0[ULS_CACHELINE - 36];
-	/* Line 1: state the peer reads. */
-	_Alignas(ULS_CACHELINE) _Atomic uint32_t state; /* ULS_SIDE_* */
-	_Atomic uint32_t refs;       /* processes of this side mapping the segment */
-	_Atomic uint32_t pid;        /* last process of this side to attach */
-	_Atomic uint32_t reason;     /* why the server declined (enum uls_reason) */
-	_Atomic uint64_t cookie;     /* SO_COOKIE of this side's TCP socket */
-	_Atomic uint64_t tcp_data;   /* client: data bytes sent on TCP; server: consumed */
-	_Atomic uint64_t switch_pos; /* client: TCP data bytes before the ring takes over */
-	_Atomic uint32_t switched;   /* client: 1 once switch_pos is valid */
-	_Atomic uint32_t pad1;
-	_Atomic uint64_t tokens_sent; /* wake-up bytes this side put on its TCP direction */
-	uint8_t pad2[ULS_CACHELINE - 56];
-	/* Line 2: written rarely (wake-ups drained, a revert), read by the peer. */
-	_Alignas(ULS_CACHELINE) _Atomic uint32_t light_fence; /* publishes with light fences */
-	_Atomic uint32_t tokens_closed; /* reverting: no wake-up reads may start (section 8) */
-	_Atomic uint32_t token_readers; /* calls of this side reading wake-ups right now */
-	/* Closing: this side reads no more wake-ups, so the peer sends none (conn.c). */
-	_Atomic uint32_t tokens_refused;
-	_Atomic uint64_t tokens_seen; /* wake-up bytes consumed from the peer */
-	/* Moving the connection back to kernel TCP in place (docs/protocol.md, section 8). */
-	_Atomic uint32_t revert_req;  /* this side asks the peer to send on TCP again */
-	_Atomic uint32_t tx_reverted; /* this side sends on TCP again (fields below valid) */
-	_Atomic uint64_t revert_ring_end; /* ring position where this side's ring bytes end */
-	_Atomic uint64_t revert_tcp_pos;  /* TCP bytes (data and wake-ups) it sent before */
-	_Atomic uint32_t rx_back;     /* this side receives on TCP again */
-	uint8_t pad3[ULS_CACHELINE - 52];
-};
-_Static_assert(sizeof(struct uls_side) == 3 * ULS_CACHELINE, "side size");
-
-struct uls_seg_hdr {
-	struct uls_seg_ident id;
-	struct uls_side side[2];           /* [ULS_CLIENT], [ULS_SERVER] */
-	struct uls_ring_shared ring[2];    /* [ULS_C2S], [ULS_S2C] */
-};
-_Static_assert(sizeof(struct uls_seg_hdr) <= ULS_SEG_HDR_SIZE, "header fits its page");
+#include "ring.h"
 
 /* A process's mapping of one segment. */
 struct uls_seg {

@@ -17,45 +17,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#define ULS_CACHELINE 64
-
-/*
- * Written only by the producer. The position has a line of its own: the consumer reads it
- * all the time, the flags rarely, and the producer reads the consumer's flags on every
- * send, which must not miss the cache each time the consumer moves its position.
- */
-struct uls_ring_prod {
-	_Alignas(ULS_CACHELINE) _Atomic uint64_t tail; /* bytes ever published */
-	uint8_t pad0[ULS_CACHELINE - 8];
-	_Alignas(ULS_CACHELINE) _Atomic uint32_t eof; /* 1: nothing will follow tail */
-	_Atomic uint32_t want_space; /* ULS_WANT_*: the producer sleeps until head moves */
-	uint8_t pad1[ULS_CACHELINE - 8];
-};
-
-/* Written only by the consumer (want_data is also cleared by the producer). */
-struct uls_ring_cons {
-	_Alignas(ULS_CACHELINE) _Atomic uint64_t head; /* bytes ever consumed */
-	uint8_t pad0[ULS_CACHELINE - 8];
-	_Alignas(ULS_CACHELINE) _Atomic uint32_t want_data; /* ULS_WANT_*: the consumer sleeps */
-	_Atomic uint32_t closed; /* 1: the consumer will never read again */
-	uint8_t pad1[ULS_CACHELINE - 8];
-};
-
-/*
- * How a sleeper wants to be woken when the other side moves the ring: a byte on TCP (for
- * poll and epoll, which sleep in the kernel on the socket), a FUTEX_WAKE on the flag word
- * itself (for a call blocked in recv or send), or both. The mover exchanges the word for 0
- * and does what it finds.
- */
-#define ULS_WANT_TOKEN 0x1u
-#define ULS_WANT_FUTEX 0x2u
-
-struct uls_ring_shared {
-	struct uls_ring_prod prod;
-	struct uls_ring_cons cons;
-};
-_Static_assert(sizeof(struct uls_ring_prod) == 2 * ULS_CACHELINE, "prod lines");
-_Static_assert(sizeof(struct uls_ring_shared) == 4 * ULS_CACHELINE, "ring header");
+#include "shm_abi.h"
 
 /* Process-local view of one ring: trusted. */
 struct uls_ring {

@@ -6,10 +6,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "../os/cpu.h"
-#include "../os/futex.h"
-#include "../os/libc.h"
+#include "../../core/config.h"
+#include "../../os/cpu.h"
+#include "../../os/futex.h"
+#include "../../os/libc.h"
 
 /* 0: free, 1: held, 2: held with waiters. */
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "fence.h"
 
-#include "../os/membarrier.h"
+#include "../../os/membarrier.h"
 
 _Atomic int uls_fence_registered;
 
