@@ -445,8 +445,11 @@ struct uls_conn *uls_conn_adopt(int fd)
 	if (!c)
 		return NULL;
 	fill_names(c, fd);
-	if (uls_cfg.disabled)
-		goto plain;
+	if (uls_cfg.disabled) {
+		c->role = ULS_SERVER;
+		uls_conn_set_kernel(c, fd, "disabled by ULSOCK_DISABLE");
+		return c;
+	}
 	/* Our own socket's inode names the segment if we are the client. */
 	if (uls_seg_open(&c->seg, st.st_ino, cookie) == 0) {
 		bind_role(c, ULS_CLIENT);
@@ -472,7 +475,6 @@ struct uls_conn *uls_conn_adopt(int fd)
 		}
 		uls_seg_unmap(&c->seg);
 	}
-plain:
 	c->role = ULS_SERVER;
 	uls_conn_set_kernel(c, fd, "socket reached this process without ulsock state");
 	return c;

@@ -99,13 +99,26 @@ static int grow(struct uls_epoll *ep, int fd)
 	return 0;
 }
 
-/* Sockets that may become accelerated, and epoll sets that may hold some, are watched. */
+/*
+ * Sockets that may become accelerated, and epoll sets that may hold some, are watched. A
+ * connection on the kernel path stays there (nothing moves it back onto a transport): the
+ * kernel decides its readiness alone, and a set of such members is the kernel's.
+ */
 static int worth_watching(int fd)
 {
 	struct uls_fd *e = uls_fd_classify(fd);
 	uint8_t kind = e ? atomic_load(&e->kind) : ULS_FD_PLAIN;
 
-	return kind == ULS_FD_CONN || kind == ULS_FD_TCP || kind == ULS_FD_EPOLL;
+	if (kind == ULS_FD_CONN)
+		return !uls_kernel_for_good(fd);
+	return kind == ULS_FD_TCP || kind == ULS_FD_EPOLL;
+}
+
+int uls_kernel_for_good(int fd)
+{
+	struct uls_conn *c = uls_fd_conn(fd);
+
+	return c && atomic_load(&c->path) == ULS_PATH_KERNEL;
 }
 
 void uls_watch_add(struct uls_epoll *ep, int fd)

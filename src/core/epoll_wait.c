@@ -216,10 +216,16 @@ static int user_pass(struct uls_epoll *ep, int epfd, struct epoll_event *evs, in
 {
 	int n = 0, nc = 0;
 
-	for (int i = 0; i < ep->nwatch; i++) {
+	for (int i = 0; i < ep->nwatch;) {
 		struct epreg *r = ep->regs[ep->watch[i]];
 		if (r && !add_cand(ep, &nc, r, watched_ready(ep, epfd, r, arm, 0)))
 			break;
+		/* Moved back to kernel TCP for good: the kernel reports it from now on. */
+		if (r && !r->ring && uls_kernel_for_good(r->fd)) {
+			ep->watch[i] = ep->watch[--ep->nwatch];
+			continue;
+		}
+		i++;
 	}
 	for (int i = 0; i < ep->norph; i++)
 		if (!add_cand(ep, &nc, ep->orph[i], watched_ready(ep, epfd, ep->orph[i], arm, 0)))

@@ -81,6 +81,8 @@ struct uls_epoll {
 /* epoll.c */
 void uls_watch_add(struct uls_epoll *ep, int fd);
 void uls_watch_del(struct uls_epoll *ep, int fd);
+/* fd is a connection on the kernel path, where it stays: no longer worth watching. */
+int uls_kernel_for_good(int fd);
 uint32_t uls_kernel_epoll_events(struct epreg *r);
 int uls_kernel_ctl(struct uls_epoll *ep, int epfd, int op, struct epreg *r);
 

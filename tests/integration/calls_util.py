@@ -13,6 +13,12 @@ Under ulsock every `expect` line is checked against the `path=` lines of the uls
 (docs/INTERFACES-dev.md), and conftest's `uls` fixture checks that no /dev/shm entry outlives
 the processes. With ULSOCK_TEST_PLAIN=1 only the plain half runs (the ulsock half would be
 the same plain run again) and no path is asserted.
+
+Conformance per transport: the cases of case_test run plain and then under ulsock once per
+transport in TRANSPORTS, each selected by its environment; an `expect shm` line (the case
+expects the fast path) is then checked against that transport's path. A new transport runs
+every case by adding its row. Suites with checks of their own use MODES, whose "ulsock" is
+the default transport (shared memory).
 """
 
 import re
@@ -24,10 +30,26 @@ from conftest import PLAIN, TIMEOUT, parse_path_lines
 MODES = ("plain", "ulsock")
 RUN_TIMEOUT_S = max(TIMEOUT, 60.0)
 
+# name: (environment that selects it, the path= its connections take, reason it logs or None)
+TRANSPORTS = {
+    "shm": ({}, "shm", None),
+    # Loaded, every connection on the kernel transport: the pass-through that every
+    # fallback uses, with ulsock's descriptor table, readiness and hand-off code in the way.
+    "kernel": ({"ULSOCK_DISABLE": "1"}, "kernel", "disabled by ULSOCK_DISABLE"),
+}
+CONFORMANCE_MODES = ("plain",) + tuple("ulsock-" + t for t in TRANSPORTS)
+
+
+def transport_of(mode):
+    """The transport a mode runs on: None plain, "shm" for MODES' "ulsock"."""
+    if mode == "plain":
+        return None
+    return "shm" if mode == "ulsock" else mode.removeprefix("ulsock-")
+
 
 def require_mode(mode):
     """Skips the ulsock half when ULSOCK_TEST_PLAIN=1 asks for plain runs only."""
-    if mode == "ulsock" and PLAIN:
+    if transport_of(mode) and PLAIN:
         pytest.skip("ULSOCK_TEST_PLAIN=1: the plain run covers it")
 
 
@@ -48,10 +70,12 @@ def check_preload(proc, out, plain_images=0):
         assert len(without) == len(seen), f"preloaded in a plain run: {seen}\n{proc.describe()}"
 
 
-def check_paths(proc, out):
-    """Each `expect shm` address has path=shm lines for both its server side (LOCAL is the
-    address) and a client side (PEER is the address), and no path=kernel line; each `expect
-    kernel` address has a path=kernel line with a reason for the side that connected to it."""
+def check_paths(proc, out, transport="shm"):
+    """Each `expect shm` address has path lines of TRANSPORT's path (and its reason, if it
+    logs one) for both its server side (LOCAL is the address) and a client side (PEER is
+    the address), and no other; each `expect kernel` address has a path=kernel line with a
+    reason for the side that connected to it."""
+    _, want, why = TRANSPORTS[transport]
     lines = parse_path_lines(proc.log_text())
     ctx = f"\n{proc.describe()}"
     for kind, addr in expects(out):
@@ -60,8 +84,9 @@ def check_paths(proc, out):
         if kind == "shm":
             assert server, f"no server-side path line for {addr}" + ctx
             assert client, f"no client-side path line for {addr}" + ctx
-            wrong = [ln.line for ln in server + client if ln.path != "shm"]
-            assert not wrong, f"connections via {addr} not on the fast path: {wrong[:4]}" + ctx
+            wrong = [ln.line for ln in server + client
+                     if ln.path != want or (why is not None and ln.reason != why)]
+            assert not wrong, f"connections via {addr} not path={want}: {wrong[:4]}" + ctx
         else:
             assert client, f"no path line for the connection to the plain peer {addr}" + ctx
             wrong = [ln.line for ln in client if ln.path != "kernel" or not ln.reason]
@@ -74,8 +99,11 @@ def run_case(uls, helper, case, mode, args=(), plain_images=0, timeout=RUN_TIMEO
     asserts it passed, ran with the intended preload and, under ulsock, took the expected
     paths. Returns (proc, stdout)."""
     require_mode(mode)
+    transport = transport_of(mode)
+    if transport:
+        env = {**TRANSPORTS[transport][0], **(env or {})}
     proc = uls.run([uls.helper(helper), case, *map(str, args)], name=f"{helper}-{case}",
-                   ulsock=(mode == "ulsock"), timeout=timeout, expect_rc=None,
+                   ulsock=transport is not None, timeout=timeout, expect_rc=None,
                    profile=profile, env=env)
     out = proc.output()
     if proc.rc == 77:
@@ -85,7 +113,7 @@ def run_case(uls, helper, case, mode, args=(), plain_images=0, timeout=RUN_TIMEO
     assert f"calls: PASS {case}" in out, proc.describe()
     check_preload(proc, out, plain_images)
     if proc.preloaded:
-        check_paths(proc, out)
+        check_paths(proc, out, transport)
     return proc, out
 
 
@@ -106,8 +134,8 @@ def case_list_test(helper, cases, internal=()):
 
 def case_test(helper, cases):
     """The test of a suite whose cases need no check beyond their own: each of CASES runs
-    with run_case, plain and under ulsock."""
-    @pytest.mark.parametrize("mode", MODES)
+    with run_case, plain and under ulsock on every transport (CONFORMANCE_MODES)."""
+    @pytest.mark.parametrize("mode", CONFORMANCE_MODES)
     @pytest.mark.parametrize("case", sorted(cases))
     def test(uls, case, mode):
         run_case(uls, helper, case, mode)
