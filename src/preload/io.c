@@ -1,19 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* Interposed data calls: every read and write family member ends in uls_conn_recv/send. */
 #include <errno.h>
-#include <dirent.h>
 #include <limits.h>
 #include <poll.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <linux/netlink.h>
-#include <linux/rtnetlink.h>
-#include <linux/sock_diag.h>
-#include <linux/unix_diag.h>
-#include <stdlib.h>
 #include <sys/stat.h>
-#include <stdio.h>
 #include <string.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -22,6 +15,7 @@
 #include "preload.h"
 #include "../core/conn.h"
 #include "../core/fdtable.h"
+#include "../core/handoff.h"
 #include "../core/config.h"
 #include "../core/log.h"
 
@@ -207,172 +201,6 @@ ULS_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
 	return conn_send_buf(c, fd, buf, len, flags);
 }
 
-static int pid_maps_ulsock(long pid)
-{
-	char path[64], line[512];
-	int found = 0;
-
-	snprintf(path, sizeof(path), "/proc/%ld/maps", pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return 0;
-	while (!found && fgets(line, sizeof(line), f))
-		found = strstr(line, "libulsock") != NULL;
-	fclose(f);
-	return found;
-}
-
-/* The inode of the socket at the other end of a connected unix socket, or 0. */
-static uint64_t unix_peer_ino(int unix_fd)
-{
-	struct {
-		struct nlmsghdr nh;
-		struct unix_diag_req req;
-	} q;
-	union {
-		struct nlmsghdr nh;
-		char buf[4096];
-	} rep;
-	struct sockaddr_nl nl = {.nl_family = AF_NETLINK};
-	struct stat st;
-	uint64_t peer = 0;
-	int nfd;
-
-	if (fstat(unix_fd, &st) < 0)
-		return 0;
-	nfd = uls_libc.socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-	if (nfd < 0)
-		return 0;
-	memset(&q, 0, sizeof(q));
-	q.nh.nlmsg_len = sizeof(q);
-	q.nh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
-	q.nh.nlmsg_flags = NLM_F_REQUEST;
-	q.req.sdiag_family = AF_UNIX;
-	q.req.udiag_states = ~0u;
-	q.req.udiag_ino = (uint32_t)st.st_ino;
-	q.req.udiag_show = UDIAG_SHOW_PEER;
-	q.req.udiag_cookie[0] = q.req.udiag_cookie[1] = ~0u;
-	ssize_t n = -1;
-	if (uls_libc.sendto(nfd, &q, sizeof(q), 0, (struct sockaddr *)&nl, sizeof(nl)) >= 0)
-		n = uls_libc.recv(nfd, &rep, sizeof(rep), 0);
-	uls_libc.close(nfd);
-	if (n < (ssize_t)NLMSG_LENGTH(sizeof(struct unix_diag_msg)) ||
-	    rep.nh.nlmsg_type != SOCK_DIAG_BY_FAMILY)
-		return 0;
-	struct unix_diag_msg *m = NLMSG_DATA(&rep.nh);
-	int len = (int)rep.nh.nlmsg_len - (int)NLMSG_LENGTH(sizeof(*m));
-	for (struct rtattr *a = (struct rtattr *)(m + 1); RTA_OK(a, len); a = RTA_NEXT(a, len))
-		if (a->rta_type == UNIX_DIAG_PEER && RTA_PAYLOAD(a) >= sizeof(uint32_t))
-			peer = *(uint32_t *)RTA_DATA(a);
-	return peer;
-}
-
-/* Does every process that holds the socket `ino` run ulsock? (a scan of /proc) */
-static int holders_run_ulsock(uint64_t ino)
-{
-	char want[40], dir[300], link[600], target[64];
-	struct dirent *p, *f;
-	int holders = 0, ok = 1;
-	DIR *proc = opendir("/proc");
-
-	snprintf(want, sizeof(want), "socket:[%llu]", (unsigned long long)ino);
-	while (ok && proc && (p = readdir(proc)) != NULL) {
-		if (p->d_name[0] < '1' || p->d_name[0] > '9')
-			continue;
-		snprintf(dir, sizeof(dir), "/proc/%s/fd", p->d_name);
-		DIR *fds = opendir(dir);
-		while (fds && (f = readdir(fds)) != NULL) {
-			snprintf(link, sizeof(link), "%s/%s", dir, f->d_name);
-			ssize_t n = readlink(link, target, sizeof(target) - 1);
-			if (n <= 0)
-				continue;
-			target[n] = '\0';
-			if (strcmp(target, want) == 0) {
-				holders++;
-				ok = pid_maps_ulsock(strtol(p->d_name, NULL, 10));
-				break;
-			}
-		}
-		if (fds)
-			closedir(fds);
-	}
-	if (proc)
-		closedir(proc);
-	return ok && holders > 0;
-}
-
-/*
- * Does the process at the other end of this unix socket run ulsock? SO_PEERCRED names
- * it for a connected socket; a socketpair only names its creator, so then the holders of
- * the other end are looked up.
- */
-static int peer_runs_ulsock(int unix_fd)
-{
-	struct ucred cr;
-	socklen_t len = sizeof(cr);
-
-	if (getsockopt(unix_fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0 || cr.pid <= 0)
-		return 0;
-	if (cr.pid != uls_pid())
-		return pid_maps_ulsock(cr.pid);
-	uint64_t peer = unix_peer_ino(unix_fd);
-	return peer && holders_run_ulsock(peer);
-}
-
-/* Collects the descriptors carried by SCM_RIGHTS messages; returns how many. */
-static int scm_fds(const struct msghdr *msg, int *out, int max)
-{
-	int k = 0;
-
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR((struct msghdr *)msg); cm;
-	     cm = CMSG_NXTHDR((struct msghdr *)msg, cm)) {
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-			continue;
-		size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (size_t i = 0; i < n && k < max; i++)
-			memcpy(&out[k++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-	}
-	return k;
-}
-
-#define SCM_MAX 253 /* the kernel's SCM_MAX_FD */
-
-/*
- * Descriptors leaving in an SCM_RIGHTS message. A receiver that runs ulsock finds the
- * connection again; for any other receiver, the connection first moves back to kernel
- * TCP. Either way another process may hold the socket now, so close must ask the kernel.
- */
-static void note_passed_fds(int unix_fd, const struct msghdr *msg)
-{
-	int fds[SCM_MAX], n = scm_fds(msg, fds, SCM_MAX), verified = -1;
-
-	for (int i = 0; i < n; i++) {
-		struct uls_conn *pc = uls_fd_conn(fds[i]);
-		if (!pc)
-			continue;
-		atomic_store(&pc->shared, 1);
-		if (!uls_conn_accelerated(pc))
-			continue;
-		if (verified < 0)
-			verified = peer_runs_ulsock(unix_fd);
-		if (verified)
-			continue;
-		int r = uls_conn_revert(pc, fds[i], 2000);
-		if (r < 0)
-			uls_err("SCM_RIGHTS: fd=%d goes to a process without ulsock but could not "
-				"move back to kernel TCP: %s", fds[i], strerror(-r));
-	}
-}
-
-/* A received descriptor may reuse a number whose old entry ulsock never saw closed. */
-static void note_received_fds(const struct msghdr *msg)
-{
-	int fds[SCM_MAX], n = scm_fds(msg, fds, SCM_MAX);
-
-	for (int i = 0; i < n; i++)
-		uls_fd_clear(fds[i]);
-}
-
 /* TCP_INQ: the bytes left to read, as the kernel adds them to every receive's control. */
 static void add_inq(struct uls_conn *c, int fd, struct msghdr *msg, size_t room)
 {
@@ -407,7 +235,7 @@ ULS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 	if (!c || (flags & KERNEL_RECV_FLAGS)) {
 		ssize_t r = uls_libc.recvmsg(fd, msg, flags);
 		if (r >= 0 && msg && msg->msg_controllen)
-			note_received_fds(msg);
+			uls_handoff_received(msg);
 		return r;
 	}
 	size_t room = msg->msg_controllen;
@@ -430,7 +258,7 @@ ULS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 	struct uls_conn *c = accel(fd);
 
 	if (msg && msg->msg_controllen && !uls_is_inside())
-		note_passed_fds(fd, msg);
+		uls_handoff_sent(fd, msg);
 	if (c && msg->msg_controllen) {
 		/* TCP takes a few control messages (timestamping requests) and refuses the
 		 * rest: the kernel judges them on a send of no bytes, the bytes go the ring. */
