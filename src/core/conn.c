@@ -40,6 +40,7 @@ struct uls_conn *uls_conn_alloc(void)
 	c->life = 1;
 	c->kept_fd = -1;
 	c->peek_off = -1;
+	c->tp = &uls_kernel_transport;
 	c->stat = uls_stat_slot();
 	pthread_mutex_lock(&list_mu);
 	c->next = conn_list;
@@ -141,6 +142,7 @@ static void bind_role(struct uls_conn *c, int role)
 	c->peer = &c->seg.hdr->side[!role];
 	c->tx = &c->seg.ring[role == ULS_CLIENT ? ULS_C2S : ULS_S2C];
 	c->rx = &c->seg.ring[role == ULS_CLIENT ? ULS_S2C : ULS_C2S];
+	c->tp = &uls_shm_transport;
 	atomic_store_explicit(&c->me->pid, (uint32_t)uls_pid(), memory_order_relaxed);
 }
 

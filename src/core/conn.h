@@ -21,6 +21,7 @@
 #include "../transport/shm/segment.h"
 #include "bell.h"
 #include "stat.h"
+#include "transport.h"
 #include "wait.h"
 
 enum uls_path { ULS_PATH_PENDING, ULS_PATH_SHM, ULS_PATH_KERNEL };
@@ -102,6 +103,9 @@ struct uls_conn {
 	_Atomic int nodelay_forced; /* this process set TCP_NODELAY for wake-ups (under mu) */
 	struct ulsock_stat_rec *stat;
 	struct uls_conn *next; /* process-wide list */
+	/* The transport (transport.h): kernel TCP until the connection is bound to another,
+	 * then that one for good. */
+	const struct uls_transport_ops *tp;
 };
 
 /*
@@ -168,60 +172,14 @@ void uls_conn_log_path(struct uls_conn *c, int fd);
 /* "LOCAL -> PEER", for log lines. */
 const char *uls_conn_names(struct uls_conn *c, char *buf, size_t len);
 
-/* Data path: return bytes, 0 at EOF, or -errno. */
-ssize_t uls_conn_send(struct uls_conn *c, int fd, const struct iovec *iov, int iovcnt,
-		      int flags);
-ssize_t uls_conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags);
-int uls_conn_shutdown(struct uls_conn *c, int fd, int how);
-
-/*
- * Moves an accelerated connection back to plain kernel TCP in place, before the socket
- * leaves ulsock's reach (exec without the preload, SCM_RIGHTS to a process without it,
- * fdopen). Both sides cooperate; no byte is lost or duplicated. Returns 0 or -errno
- * (-ETIMEDOUT when the peer did not answer in time, -EBUSY when it cannot be done).
- */
-int uls_conn_revert(struct uls_conn *c, int fd, int timeout_ms);
-/*
- * O_ASYNC or FIOASYNC was set on fd: signal-driven I/O is the kernel's (a signal for every
- * arrival), so the connection moves back to kernel TCP. A server that has not yet read the
- * client's bytes from before the switch moves at the receive that reads past them
- * (uls_conn_revert_owed, called with c->revert_owed set); until then the first arrival on
- * the ring still makes the kernel raise the signal.
- */
-void uls_conn_async(struct uls_conn *c, int fd);
+/* An O_ASYNC move back that had to wait (uls_conn_async) is done now, if it can be. */
 void uls_conn_revert_owed(struct uls_conn *c, int fd);
-/*
- * Moves only this side's sending direction back to kernel TCP (before urgent data, which
- * the kernel then sends). Needs nothing of the peer. Returns 0 or -errno.
- */
-int uls_conn_tx_to_kernel(struct uls_conn *c, int fd);
-/* SIOCATMARK: the kernel's, once the ring bytes before the peer's urgent data are read. */
-int uls_conn_atmark(struct uls_conn *c, int fd, int *out);
 
 /* Readiness for poll and epoll. */
 #define ULS_KERNEL_RX 0x1 /* receive readiness is the kernel's (TCP data before the switch) */
 #define ULS_KERNEL_TX 0x2 /* send readiness is the kernel's (client still on TCP) */
-/* Which readiness the kernel decides for this conn right now (ULS_KERNEL_*). */
-int uls_conn_kernel_parts(struct uls_conn *c);
-/* User-space readiness (POLLIN, POLLOUT, POLLRDHUP, POLLHUP, POLLERR) of the ring parts. */
-int uls_conn_ready(struct uls_conn *c, int events);
-/* Asks the peer for a wake-up byte when the ring parts named in events change. */
-void uls_conn_arm(struct uls_conn *c, int events);
-/*
- * Sleeps in a blocking recv of wake-up bytes when every byte still to come on TCP is one
- * (and nothing else could be consumed by mistake). Returns 1 after a wake-up, 0 when it
- * does not apply (the caller polls instead), or -EINTR / -EBADF.
- */
-int uls_conn_sleep_recv(struct uls_conn *c, int fd);
-/* Consumes wake-up bytes after the kernel reported the socket readable. */
-void uls_conn_drain(struct uls_conn *c, int fd);
 /* Are the bytes still to come on TCP from the peer wake-ups that this side may read? */
 int uls_conn_reads_tokens(struct uls_conn *c);
-/* For edge-triggered epoll: a number that changes when the readiness may have changed. */
-uint64_t uls_conn_gen(struct uls_conn *c, int events);
-/* FIONREAD and SIOCOUTQ on the ring parts. */
-int uls_conn_inq(struct uls_conn *c, int fd, int *out);
-int uls_conn_outq(struct uls_conn *c, int *out);
 
 /* SO_ZEROCOPY was set on fd (or asked now); returns 1 when on. */
 int uls_conn_zc_enabled(struct uls_conn *c, int fd);
@@ -252,5 +210,103 @@ int uls_conn_maybe_shared(struct uls_conn *c);
 
 /* After fork, in the child: one more process holds each conn. */
 void uls_conn_atfork_child(void);
+
+/*
+ * The connection's operations, through its transport (transport.h, where each is
+ * described). Send, receive and shutdown return bytes, 0 at EOF, or -errno.
+ */
+static inline ssize_t uls_conn_send(struct uls_conn *c, int fd, const struct iovec *iov,
+				    int iovcnt, int flags)
+{
+	return c->tp->send(c, fd, iov, iovcnt, flags);
+}
+
+static inline ssize_t uls_conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags)
+{
+	return c->tp->recv(c, fd, msg, flags);
+}
+
+static inline int uls_conn_shutdown(struct uls_conn *c, int fd, int how)
+{
+	return c->tp->shutdown(c, fd, how);
+}
+
+/* Readiness for poll and epoll (transport.h). */
+static inline int uls_conn_kernel_parts(struct uls_conn *c)
+{
+	return c->tp->kernel_parts(c);
+}
+
+static inline int uls_conn_ready(struct uls_conn *c, int events)
+{
+	return c->tp->ready(c, events);
+}
+
+static inline void uls_conn_arm(struct uls_conn *c, int events)
+{
+	c->tp->arm(c, events);
+}
+
+static inline int uls_conn_sleep_recv(struct uls_conn *c, int fd)
+{
+	return c->tp->sleep_recv(c, fd);
+}
+
+static inline void uls_conn_drain(struct uls_conn *c, int fd)
+{
+	c->tp->drain(c, fd);
+}
+
+static inline uint64_t uls_conn_gen(struct uls_conn *c, int events)
+{
+	return c->tp->gen(c, events);
+}
+
+static inline int uls_conn_inq(struct uls_conn *c, int fd, int *out)
+{
+	return c->tp->inq(c, fd, out);
+}
+
+static inline int uls_conn_outq(struct uls_conn *c, int fd, int *out)
+{
+	return c->tp->outq(c, fd, out);
+}
+
+static inline int uls_conn_atmark(struct uls_conn *c, int fd, int *out)
+{
+	return c->tp->atmark(c, fd, out);
+}
+
+/*
+ * Moves an accelerated connection back to plain kernel TCP in place, before the socket
+ * leaves ulsock's reach (exec without the preload, SCM_RIGHTS to a process without it,
+ * fdopen). Both sides cooperate; no byte is lost or duplicated. Returns 0 or -errno
+ * (-ETIMEDOUT when the peer did not answer in time, -EBUSY when it cannot be done).
+ */
+static inline int uls_conn_revert(struct uls_conn *c, int fd, int timeout_ms)
+{
+	return c->tp->revert(c, fd, timeout_ms);
+}
+
+/*
+ * Moves only this side's sending direction back to kernel TCP (before urgent data, which
+ * the kernel then sends). Needs nothing of the peer. Returns 0 or -errno.
+ */
+static inline int uls_conn_tx_to_kernel(struct uls_conn *c, int fd)
+{
+	return c->tp->tx_to_kernel(c, fd);
+}
+
+/*
+ * O_ASYNC or FIOASYNC was set on fd: signal-driven I/O is the kernel's (a signal for every
+ * arrival), so the connection moves back to kernel TCP. A server that has not yet read the
+ * client's bytes from before the switch moves at the receive that reads past them
+ * (uls_conn_revert_owed, called with c->revert_owed set); until then the first arrival on
+ * the ring still makes the kernel raise the signal.
+ */
+static inline void uls_conn_async(struct uls_conn *c, int fd)
+{
+	c->tp->async(c, fd);
+}
 
 #endif

@@ -393,7 +393,7 @@ static void note_peer_end(struct uls_conn *c, int err)
 	uls_conn_wake_self(c);
 }
 
-void uls_conn_drain(struct uls_conn *c, int fd)
+void uls_shm_drain(struct uls_conn *c, int fd)
 {
 	char buf[256];
 	ssize_t n;
@@ -436,7 +436,7 @@ void uls_conn_drain(struct uls_conn *c, int fd)
 		tokens_taken(c);
 }
 
-int uls_conn_sleep_recv(struct uls_conn *c, int fd)
+int uls_shm_sleep_recv(struct uls_conn *c, int fd)
 {
 	char buf[256];
 	ssize_t n;
@@ -539,7 +539,7 @@ static void check_tcp_sometimes(struct uls_conn *c, int fd, uint64_t now)
 	atomic_store_explicit(&c->tcp_checked, now, memory_order_relaxed);
 	struct pollfd p = {.fd = uls_conn_fd(c, fd), .events = POLLRDHUP};
 	if (uls_libc.poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
-		uls_conn_drain(c, fd);
+		uls_shm_drain(c, fd);
 }
 
 /*
@@ -1334,7 +1334,7 @@ static ssize_t send_result(struct uls_conn *c, int fd, ssize_t n)
 }
 
 /* Calls in progress hold the conn against a concurrent close() in another thread. */
-ssize_t uls_conn_send(struct uls_conn *c, int fd, const struct iovec *iov, int iovcnt,
+ssize_t uls_shm_send(struct uls_conn *c, int fd, const struct iovec *iov, int iovcnt,
 		      int flags)
 {
 	ssize_t n;
@@ -1354,7 +1354,7 @@ ssize_t uls_conn_send(struct uls_conn *c, int fd, const struct iovec *iov, int i
 	return n;
 }
 
-ssize_t uls_conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags)
+ssize_t uls_shm_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags)
 {
 	ssize_t n;
 	int solo = solo_begin(c, RXL);
@@ -1379,7 +1379,7 @@ ssize_t uls_conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags)
 	return n;
 }
 
-int uls_conn_shutdown(struct uls_conn *c, int fd, int how)
+int uls_shm_shutdown(struct uls_conn *c, int fd, int how)
 {
 	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
 		return -EINVAL;
@@ -1425,7 +1425,7 @@ int uls_conn_shutdown(struct uls_conn *c, int fd, int how)
 	return 0;
 }
 
-int uls_conn_kernel_parts(struct uls_conn *c)
+int uls_shm_kernel_parts(struct uls_conn *c)
 {
 	if (atomic_load(&c->path) == ULS_PATH_KERNEL || !c->seg.hdr)
 		return ULS_KERNEL_RX | ULS_KERNEL_TX;
@@ -1450,9 +1450,9 @@ int uls_conn_kernel_parts(struct uls_conn *c)
 	return parts;
 }
 
-int uls_conn_ready(struct uls_conn *c, int events)
+int uls_shm_ready(struct uls_conn *c, int events)
 {
-	int parts = uls_conn_kernel_parts(c), r = 0;
+	int parts = uls_shm_kernel_parts(c), r = 0;
 
 	if (!(parts & ULS_KERNEL_RX)) {
 		if (rx_poll_ready(c))
@@ -1481,9 +1481,9 @@ int uls_conn_ready(struct uls_conn *c, int events)
 	return r & (events | POLLERR | POLLHUP);
 }
 
-void uls_conn_arm(struct uls_conn *c, int events)
+void uls_shm_arm(struct uls_conn *c, int events)
 {
-	int parts = uls_conn_kernel_parts(c);
+	int parts = uls_shm_kernel_parts(c);
 
 	/*
 	 * Also while the kernel decides readability (TCP data before the switch): the peer's
@@ -1500,7 +1500,7 @@ void uls_conn_arm(struct uls_conn *c, int events)
 		atomic_thread_fence(memory_order_seq_cst);
 }
 
-uint64_t uls_conn_gen(struct uls_conn *c, int events)
+uint64_t uls_shm_gen(struct uls_conn *c, int events)
 {
 	uint64_t g = 0;
 
@@ -1516,9 +1516,9 @@ uint64_t uls_conn_gen(struct uls_conn *c, int events)
 	return g;
 }
 
-int uls_conn_inq(struct uls_conn *c, int fd, int *out)
+int uls_shm_inq(struct uls_conn *c, int fd, int *out)
 {
-	int parts = uls_conn_kernel_parts(c);
+	int parts = uls_shm_kernel_parts(c);
 
 	if (parts & ULS_KERNEL_RX) {
 		int k = 0;
@@ -1537,7 +1537,7 @@ int uls_conn_inq(struct uls_conn *c, int fd, int *out)
 	return 0;
 }
 
-int uls_conn_outq(struct uls_conn *c, int *out)
+int uls_shm_outq(struct uls_conn *c, int fd, int *out)
 {
 	/*
 	 * Bytes in the ring are already in the receiver's buffer, as data acknowledged by a

@@ -7,6 +7,7 @@
 #define ULS_CONN_IO_H
 
 #include "conn.h"
+#include "../transport/shm/shm.h"
 
 enum { TXL = 0, RXL = 1 }; /* the side's send and receive locks */
 

@@ -243,7 +243,7 @@ int uls_revert_rx_back(struct uls_conn *c, int fd)
  * here and TCP from then on), and the kernel sends the urgent byte in order behind the
  * bytes already on the ring. The other direction stays on the ring.
  */
-int uls_conn_tx_to_kernel(struct uls_conn *c, int fd)
+int uls_shm_tx_to_kernel(struct uls_conn *c, int fd)
 {
 	int r = 0;
 
@@ -311,7 +311,7 @@ static int assist_idle_peer(struct uls_conn *c, int fd)
 	return done;
 }
 
-int uls_conn_atmark(struct uls_conn *c, int fd, int *out)
+int uls_shm_atmark(struct uls_conn *c, int fd, int *out)
 {
 	int r = 0;
 
@@ -425,14 +425,14 @@ out:
 	return r;
 }
 
-int uls_conn_revert(struct uls_conn *c, int fd, int timeout_ms)
+int uls_shm_revert(struct uls_conn *c, int fd, int timeout_ms)
 {
 	return revert(c, fd, timeout_ms, 0);
 }
 
 #define WHY_ASYNC "O_ASYNC (signal-driven I/O)"
 
-void uls_conn_async(struct uls_conn *c, int fd)
+void uls_shm_async(struct uls_conn *c, int fd)
 {
 	if (!uls_conn_accelerated(c))
 		return;

@@ -102,9 +102,9 @@ static ssize_t rwv2(int write, int fd, const struct iovec *iov, int iovcnt, off_
 		return uls_ret(-EOPNOTSUPP);
 	mf = (flags & RWF_NOWAIT) ? MSG_DONTWAIT : 0;
 	if (write)
-		return uls_ret(uls_conn_send(c, fd, iov, iovcnt, mf));
+		return uls_ret(uls_io_send(c, fd, iov, iovcnt, mf));
 	struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
-	return uls_ret(uls_conn_recv(c, fd, &m, mf));
+	return uls_ret(uls_io_recv(c, fd, &m, mf));
 }
 
 ULS_EXPORT ssize_t preadv2(int fd, const struct iovec *iov, int iovcnt, off_t offset, int flags)

@@ -44,7 +44,7 @@ static ssize_t conn_recv_buf(struct uls_conn *c, int fd, void *buf, size_t len, 
 	struct iovec iov = {.iov_base = buf, .iov_len = len};
 	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
 
-	return uls_ret(uls_conn_recv(c, fd, &m, flags));
+	return uls_ret(uls_io_recv(c, fd, &m, flags));
 }
 
 /*
@@ -55,7 +55,7 @@ static ssize_t conn_recv_buf(struct uls_conn *c, int fd, void *buf, size_t len, 
 static ssize_t conn_sendv(struct uls_conn *c, int fd, const struct iovec *iov, int iovcnt,
 			  int flags)
 {
-	ssize_t n = uls_conn_send(c, fd, iov, iovcnt, flags & ~MSG_ZEROCOPY);
+	ssize_t n = uls_io_send(c, fd, iov, iovcnt, flags & ~MSG_ZEROCOPY);
 
 	if (n > 0 && (flags & MSG_ZEROCOPY) && uls_conn_zc_enabled(c, fd))
 		uls_conn_zc_sent(c);
@@ -124,7 +124,7 @@ ULS_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 		return uls_libc.readv(fd, iov, iovcnt);
 	if (iovcnt < 0 || iovcnt > IOV_MAX)
 		return uls_ret(-EINVAL);
-	return uls_ret(uls_conn_recv(c, fd, &m, 0));
+	return uls_ret(uls_io_recv(c, fd, &m, 0));
 }
 
 ULS_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
@@ -135,7 +135,7 @@ ULS_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 		return uls_libc.writev(fd, iov, iovcnt);
 	if (iovcnt < 0 || iovcnt > IOV_MAX)
 		return uls_ret(-EINVAL);
-	return uls_ret(uls_conn_send(c, fd, iov, iovcnt, 0));
+	return uls_ret(uls_io_send(c, fd, iov, iovcnt, 0));
 }
 
 /* recv and recvfrom with MSG_ERRQUEUE: the completions made here come first. */
@@ -242,7 +242,7 @@ ULS_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 	socklen_t namelen = msg->msg_namelen;
 	msg->msg_namelen = 0;
 	msg->msg_controllen = 0;
-	ssize_t n = uls_conn_recv(c, fd, msg, flags & ~MSG_CMSG_CLOEXEC);
+	ssize_t n = uls_io_recv(c, fd, msg, flags & ~MSG_CMSG_CLOEXEC);
 	if (n < 0) {
 		/* A failed receive leaves the message header as the program set it. */
 		msg->msg_namelen = namelen;

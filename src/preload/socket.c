@@ -394,7 +394,7 @@ ULS_EXPORT int ioctl(int fd, unsigned long req, ...)
 		c = uls_fd_conn(fd);
 		if (c && uls_conn_kernel_parts(c) != (ULS_KERNEL_RX | ULS_KERNEL_TX) && arg)
 			return (int)uls_ret(req == FIONREAD ? uls_conn_inq(c, fd, arg)
-							    : uls_conn_outq(c, arg));
+							    : uls_conn_outq(c, fd, arg));
 	}
 	int r = uls_libc.ioctl(fd, req, arg);
 	if (r == 0 && req == FIONBIO && arg)

@@ -89,7 +89,7 @@ static ssize_t recv_flags(struct uls_conn *c, int fd, void *buf, size_t len, int
 	struct iovec iov = {.iov_base = buf, .iov_len = len};
 	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
 
-	return uls_conn_recv(c, fd, &m, flags);
+	return uls_io_recv(c, fd, &m, flags);
 }
 
 /* Empties the private pipe (bytes that did not go where they were meant to). */
@@ -178,7 +178,7 @@ static ssize_t pipe_to_socket(struct uls_conn *c, int pfd, int sfd, size_t len,
 	if (got != t)
 		return uls_ret(-EIO);
 	struct iovec iov = {.iov_base = buf, .iov_len = (size_t)t};
-	ssize_t n = uls_conn_send(c, sfd, &iov, 1,
+	ssize_t n = uls_io_send(c, sfd, &iov, 1,
 				  (flags & SPLICE_F_NONBLOCK) ? MSG_DONTWAIT : 0);
 	if (n <= 0)
 		return uls_ret(n);
