@@ -55,7 +55,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 
 public final class JvmEcho {
 	private static final int CHUNK = 64 * 1024;
-	private static final int TIMEOUT_MS = 20_000;	/* a stall fails, not hangs */
+	private static final int TIMEOUT_MS = 60_000;	/* a stall fails, not hangs */
 
 	private JvmEcho() {
 	}
