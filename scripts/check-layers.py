@@ -7,13 +7,14 @@ Rules that hold today:
     the stat records and checks the ULSOCK_* variables through the ABI a user's tools get;
   - src/os/ (the lowest layer: real libc, futex, clock, membarrier, own descriptors, the
     re-entry guard): system headers and its own only;
-  - src/core/ and src/transport/: never the interposer's headers (src/preload/);
-  - src/core/ includes no transport header beyond the edges listed in CORE_TRANSPORT_DEBT,
-    which only shrinks: the shared-memory data path still lives partly in core until it
-    moves behind the transport table (issue 13). A new edge fails the check, and so does
-    a listed one that is gone (remove it from the list). The ring, its fences and the
-    shared-memory locks moved to src/transport/shm, which made five of these edges visible
-    that were there before as includes of core's own files.
+  - src/core/ (connections, descriptors, readiness, hand-off): src/os/ and its own only;
+    it reaches every transport through the operations table (core/transport.h), never
+    through a transport's header;
+  - src/transport/NAME/ (one transport): src/os/, src/core/ and its own folder only,
+    never another transport's; src/transport/ itself (the table) only core/transport.h
+    and its list;
+  - src/preload/ (the interposer, the top): anything.
+So the layers are os < core < transport < preload, and no include goes down-up.
 
 ctest runs it (layout.headers, label unit). Exit 0 when every include follows the rules,
 1 with one line per include that does not.
@@ -43,56 +44,47 @@ def sources(root, exts=(".c", ".h")):
                 yield os.path.join(dirpath, name)
 
 
-# (core file, transport header it still includes): the edges left to cut. conn_io.c and
-# revert.c are the shared-memory data path and its move back to TCP, still in core, and
-# conn_io.h declares the transport's operations they implement (shm.h); conn.h
-# embeds the segment; conn.c creates and opens it; sigrestart.c hands SIGBUS to the guard.
-CORE_TRANSPORT_DEBT = {
-    ("src/core/conn.h", "../transport/shm/segment.h"),
-    ("src/core/conn.c", "../transport/shm/shmlock.h"),
-    ("src/core/conn_io.h", "../transport/shm/shm.h"),
-    ("src/core/conn_io.c", "../transport/shm/guard.h"),
-    ("src/core/conn_io.c", "../transport/shm/fence.h"),
-    ("src/core/conn_io.c", "../transport/shm/shmlock.h"),
-    ("src/core/revert.c", "../transport/shm/fence.h"),
-    ("src/core/revert.c", "../transport/shm/shmlock.h"),
-    ("src/core/sigrestart.c", "../transport/shm/guard.h"),
-}
-
-
 def rel(repo, path):
     return os.path.relpath(path, repo)
 
 
+def layer_of(src, path):
+    """'os', 'core', 'transport/NAME', 'transport' (the table), 'preload' or 'cli'."""
+    parts = os.path.relpath(path, src).split(os.sep)
+    if parts[0] == "transport" and len(parts) > 2:
+        return "transport/" + parts[1]
+    return parts[0]
+
+
+# What each layer may include of the tree, besides itself.
+ALLOWED = {
+    "os": set(),
+    "core": {"os"},
+    "transport": {"core/transport.h"},
+}
+
+
 def check_lower(repo, bad):
-    """src/os knows nothing above it; core and transports never know the interposer."""
-    os_dir = os.path.join(repo, "src", "os")
-    for path in sources(os_dir):
-        for line, kind, name in includes(path):
-            target = os.path.normpath(os.path.join(os.path.dirname(path), name))
-            if kind == '"' and os.path.dirname(target) != os_dir:
-                bad.append(f"{rel(repo, path)}:{line}: src/os includes \"{name}\" from "
-                           "a layer above it")
-    seen = set()
-    for part in ("core", "transport"):
-        for path in sources(os.path.join(repo, "src", part)):
+    """Below the interposer, each layer includes only what is under it."""
+    src = os.path.join(repo, "src")
+    for part in ("os", "core", "transport"):
+        for path in sources(os.path.join(src, part)):
+            mine = layer_of(src, path)
             for line, kind, name in includes(path):
                 if kind != '"':
                     continue
                 target = os.path.normpath(os.path.join(os.path.dirname(path), name))
-                layer = os.path.relpath(target, os.path.join(repo, "src")).split(os.sep)[0]
-                if layer == "preload":
-                    bad.append(f"{rel(repo, path)}:{line}: includes the interposer's "
-                               f'"{name}"')
-                elif part == "core" and layer == "transport":
-                    edge = (rel(repo, path), name)
-                    seen.add(edge)
-                    if edge not in CORE_TRANSPORT_DEBT:
-                        bad.append(f"{rel(repo, path)}:{line}: core includes the "
-                                   f'transport header "{name}"')
-    for edge in sorted(CORE_TRANSPORT_DEBT - seen):
-        bad.append(f"{edge[0]}: no longer includes {edge[1]}: remove the edge from "
-                   "CORE_TRANSPORT_DEBT in scripts/check-layers.py")
+                theirs = layer_of(src, target)
+                if theirs == mine:
+                    continue
+                if mine.startswith("transport/"):
+                    ok = theirs in ("os", "core")
+                else:
+                    allowed = ALLOWED[mine]
+                    ok = theirs in allowed or os.path.relpath(target, src) in allowed
+                if not ok:
+                    bad.append(f"{rel(repo, path)}:{line}: {mine} includes \"{name}\" "
+                               f"({theirs})")
 
 
 def check(repo):

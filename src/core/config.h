@@ -12,7 +12,8 @@ enum uls_profile { ULS_PROFILE_LATENCY, ULS_PROFILE_BALANCED, ULS_PROFILE_EFFICI
 enum uls_log_level { ULS_LOG_ERROR, ULS_LOG_WARN, ULS_LOG_INFO, ULS_LOG_DEBUG };
 
 #define ULS_MAX_TRUSTED 16
-/* Receive pacing (conn_io.c, ring_recv): the default and the most ULSOCK_RX_PACE_NS may set. */
+/* Receive pacing (transport/shm/io.c, ring_recv): the default, and the most that
+ * ULSOCK_RX_PACE_NS may set. */
 #define ULS_RX_PACE_NS 1000u
 #define ULS_RX_PACE_MAX_NS 100000u
 

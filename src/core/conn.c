@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* Connection lifecycle: set-up on either side, adoption, path decisions, close, fork. */
+/*
+ * Connection lifecycle: set-up on either side and adoption (each asks the transports of
+ * the table in turn: transport.h), path decisions, close, fork.
+ */
 #include "conn.h"
 
 #include <errno.h>
@@ -16,14 +19,13 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "conn_io.h"
-#include "../os/cpu.h"
 #include "fdtable.h"
 #include "handshake.h"
 #include "log.h"
-#include "../os/ownfd.h"
-#include "../transport/shm/shmlock.h"
 #include "../os/libc.h"
+#include "../os/ownfd.h"
+
+__thread struct uls_conn *uls_solo_call __attribute__((tls_model("initial-exec")));
 
 static pthread_mutex_t list_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct uls_conn *conn_list;
@@ -96,7 +98,7 @@ static void conn_destroy(struct uls_conn *c)
 	conn_unlist(c);
 	uls_stat_release(c->stat);
 	c->stat = NULL;
-	uls_seg_retire(&c->seg);
+	c->tp->destroy(c);
 	conn_free_later(c);
 }
 
@@ -133,17 +135,6 @@ void uls_conn_get(struct uls_conn *c)
 	pthread_mutex_lock(&c->mu);
 	c->refs++;
 	pthread_mutex_unlock(&c->mu);
-}
-
-static void bind_role(struct uls_conn *c, int role)
-{
-	c->role = role;
-	c->me = &c->seg.hdr->side[role];
-	c->peer = &c->seg.hdr->side[!role];
-	c->tx = &c->seg.ring[role == ULS_CLIENT ? ULS_C2S : ULS_S2C];
-	c->rx = &c->seg.ring[role == ULS_CLIENT ? ULS_S2C : ULS_C2S];
-	c->tp = &uls_shm_transport;
-	atomic_store_explicit(&c->me->pid, (uint32_t)uls_pid(), memory_order_relaxed);
 }
 
 /* Addresses are kept binary; they are formatted only for the log and `ulsock stat`. */
@@ -269,9 +260,7 @@ void uls_conn_set_kernel(struct uls_conn *c, int fd, const char *reason)
 			uls_libc.setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof(lowat));
 	}
 	pthread_mutex_unlock(&c->mu);
-	/* A client whose peer will never attach has no use for its segment's name. */
-	if (c->role == ULS_CLIENT && c->seg.hdr)
-		uls_seg_remove(&c->seg);
+	c->tp->settled(c);
 	if (left && uls_cfg.log_level >= ULS_LOG_INFO) {
 		char names[140];
 		uls_info("fd=%d %s left the fast path: %s", fd,
@@ -280,124 +269,98 @@ void uls_conn_set_kernel(struct uls_conn *c, int fd, const char *reason)
 	uls_conn_log_path(c, fd);
 }
 
-struct uls_conn *uls_conn_connect_prepare(int fd, const struct sockaddr *dst, uint64_t c2s,
-					  uint64_t s2c, char *reason, size_t rlen)
+/* Why no connection of this process may leave kernel TCP, or NULL. */
+static const char *all_off(void)
 {
-	struct uls_conn *c;
-	struct stat st;
-	int err;
+	if (uls_cfg.disabled)
+		return "disabled by ULSOCK_DISABLE";
+	return atomic_load(&uls_cfg.off_reason);
+}
 
-	if (uls_cfg.disabled) {
-		snprintf(reason, rlen, "disabled by ULSOCK_DISABLE");
-		return NULL;
+/*
+ * Asks the transports of the table in turn to take c (transport.h): to connect fd to dst,
+ * or, with dst NULL, the accepted fd. NULL when one took it, else why none did (in why):
+ * the reason of the one that declined, or else of the first that was not the one.
+ */
+static const char *ask_transports(struct uls_conn *c, int fd, const struct sockaddr *dst,
+				  const struct uls_conn_hints *hints, char *why, size_t wlen)
+{
+	const char *reason = "no fast transport in this build";
+	char said[sizeof(c->reason)];
+
+	for (const struct uls_transport_ops *const *t = uls_transports; *t; t++) {
+		enum uls_tp_answer a = dst ? (*t)->connect(c, fd, dst, hints, said, sizeof(said))
+					   : (*t)->accept(c, fd, said, sizeof(said));
+		if (a == ULS_TP_TAKEN)
+			return NULL;
+		if (reason != why || a == ULS_TP_DECLINED) {
+			snprintf(why, wlen, "%s", said);
+			reason = why;
+		}
+		if (a == ULS_TP_DECLINED)
+			break;
 	}
-	if (atomic_load(&uls_cfg.off_reason)) {
-		snprintf(reason, rlen, "%s", atomic_load(&uls_cfg.off_reason));
+	return reason;
+}
+
+struct uls_conn *uls_conn_connect_prepare(int fd, const struct sockaddr *dst, socklen_t len,
+					  const struct uls_conn_hints *hints)
+{
+	struct uls_conn *c = uls_conn_alloc();
+	const char *why;
+	char buf[sizeof(c->reason)];
+
+	if (!c)
 		return NULL;
+	c->role = ULS_CLIENT;
+	memcpy(&c->peer_sa, dst, len < sizeof(c->peer_sa) ? len : sizeof(c->peer_sa));
+	why = all_off();
+	if (!why) {
+		int fl = uls_libc.fcntl(fd, F_GETFL);
+		if (fl >= 0 && (fl & O_ASYNC)) /* uls_conn_async */
+			why = "O_ASYNC is set: signal-driven I/O is kernel TCP's";
 	}
-	if (!uls_addr_is_local(dst)) {
-		snprintf(reason, rlen, "peer address is not on this host");
-		return NULL;
-	}
-	if (fstat(fd, &st) < 0) {
-		snprintf(reason, rlen, "fstat failed: %s", strerror(errno));
-		return NULL;
-	}
-	int fl = uls_libc.fcntl(fd, F_GETFL);
-	if (fl >= 0 && (fl & O_ASYNC)) { /* uls_conn_async */
-		snprintf(reason, rlen, "O_ASYNC is set: signal-driven I/O is kernel TCP's");
-		return NULL;
-	}
-	c = uls_conn_alloc();
-	if (!c) {
-		snprintf(reason, rlen, "out of memory");
-		return NULL;
-	}
-	err = uls_seg_create(&c->seg, st.st_ino, uls_sock_cookie(fd), c2s, s2c);
-	if (err < 0) {
-		snprintf(reason, rlen, "cannot create segment: %s", strerror(-err));
-		uls_conn_unhold(c);
-		return NULL;
-	}
-	bind_role(c, ULS_CLIENT);
-	atomic_store(&c->me->cookie, c->seg.hdr->id.client_cookie);
-	memcpy(&c->peer_sa, dst, dst->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-							   : sizeof(struct sockaddr_in));
-	c->path = ULS_PATH_PENDING;
+	if (!why)
+		why = ask_transports(c, fd, dst, hints, buf, sizeof(buf));
+	if (why)
+		snprintf(c->reason, sizeof(c->reason), "%s", why);
 	return c;
 }
 
-void uls_conn_connect_done(struct uls_conn *c, int fd, int err)
+struct uls_conn *uls_conn_connect_done(struct uls_conn *c, int fd, int err)
 {
+	char why[sizeof(c->reason)];
+
 	if (err && err != EINPROGRESS) {
-		uls_seg_remove(&c->seg);
+		if (c->tp != &uls_kernel_transport)
+			c->tp->connect_failed(c);
 		uls_conn_unhold(c);
-		return;
+		return NULL;
 	}
 	fill_names(c, fd);
-}
-
-/* Decides the path of an accepted socket; returns NULL on success, or the reason. */
-static const char *server_attach(struct uls_conn *c, int fd, char *why, size_t wlen)
-{
-	const struct sockaddr *self = (struct sockaddr *)&c->local_sa;
-	const struct sockaddr *peer = (struct sockaddr *)&c->peer_sa;
-	struct uls_sockid id;
-	int err;
-
-	if (uls_cfg.disabled)
-		return "disabled by ULSOCK_DISABLE";
-	if (atomic_load(&uls_cfg.off_reason))
-		return atomic_load(&uls_cfg.off_reason);
-	if (!peer->sa_family || !uls_addr_is_local(peer))
-		return "peer address is not on this host";
-	err = uls_diag_lookup(peer, self, &id);
-	if (err == -ENOENT)
-		return "peer socket not in this network namespace";
-	if (err < 0) {
-		snprintf(why, wlen, "sock_diag lookup failed: %s", strerror(-err));
-		return why;
+	if (c->tp == &uls_kernel_transport) {
+		memcpy(why, c->reason, sizeof(why));
+		uls_conn_set_kernel(c, fd, why);
 	}
-	if (!uls_config_uid_trusted(id.uid)) {
-		snprintf(why, wlen, "peer uid %u is another user (see ULSOCK_TRUST_UIDS)",
-			 (unsigned)id.uid);
-		return why;
-	}
-	err = uls_seg_open_as(&c->seg, id.uid, id.ino, id.cookie);
-	if (err == -ENOENT)
-		return "peer does not run ulsock";
-	if (err < 0) {
-		snprintf(why, wlen, "peer segment rejected: %s", strerror(-err));
-		return why;
-	}
-	bind_role(c, ULS_SERVER);
-	atomic_store(&c->me->cookie, uls_sock_cookie(fd));
-	/* Release: a client that sees ATTACHED sees the cookie, and every later ring write. */
-	atomic_fetch_or_explicit(&c->me->state, ULS_SIDE_ATTACHED, memory_order_seq_cst);
-	/* Both sides store, fence, then read: a client going back to TCP sees ATTACHED, or
-	 * this side sees its request and stays off the ring. */
-	if (atomic_load_explicit(&c->peer->tx_reverted, memory_order_seq_cst)) {
-		atomic_fetch_or(&c->me->state, ULS_SIDE_DECLINED);
-		return "peer moved back to kernel TCP before the accept";
-	}
-	atomic_store(&c->path, ULS_PATH_SHM);
-	return NULL;
+	return c;
 }
 
 struct uls_conn *uls_conn_accept(int fd, const struct sockaddr *peer, socklen_t len)
 {
 	struct uls_conn *c = uls_conn_alloc();
-	const char *reason;
-	char why[96];
+	const char *why;
+	char buf[sizeof(c->reason)];
 
 	if (!c)
 		return NULL;
 	c->role = ULS_SERVER;
 	memcpy(&c->peer_sa, peer, len < sizeof(c->peer_sa) ? len : sizeof(c->peer_sa));
 	fill_names(c, fd);
-	reason = server_attach(c, fd, why, sizeof(why));
-	if (reason)
-		uls_conn_set_kernel(c, fd, reason);
+	why = all_off();
+	if (!why)
+		why = ask_transports(c, fd, NULL, NULL, buf, sizeof(buf));
+	if (why)
+		uls_conn_set_kernel(c, fd, why);
 	else
 		uls_conn_log_path(c, fd);
 	return c;
@@ -436,14 +399,8 @@ static struct uls_conn *adopted(struct uls_conn *c, int fd)
 
 struct uls_conn *uls_conn_adopt(int fd)
 {
-	struct uls_conn *c;
-	struct uls_sockid id;
-	struct stat st;
-	uint64_t cookie = uls_sock_cookie(fd);
+	struct uls_conn *c = uls_conn_alloc();
 
-	if (fstat(fd, &st) < 0)
-		return NULL;
-	c = uls_conn_alloc();
 	if (!c)
 		return NULL;
 	fill_names(c, fd);
@@ -452,126 +409,12 @@ struct uls_conn *uls_conn_adopt(int fd)
 		uls_conn_set_kernel(c, fd, "disabled by ULSOCK_DISABLE");
 		return c;
 	}
-	/* Our own socket's inode names the segment if we are the client. */
-	if (uls_seg_open(&c->seg, st.st_ino, cookie) == 0) {
-		bind_role(c, ULS_CLIENT);
-		c->path = (atomic_load(&c->peer->state) & ULS_SIDE_ATTACHED) ? ULS_PATH_SHM
-									      : ULS_PATH_PENDING;
-		atomic_store(&c->shared, 1);
-		uls_conn_join_side(c);
-		uls_dbg("fd=%d adopted as client", fd);
-		return adopted(c, fd);
-	}
-	if (uls_diag_lookup((struct sockaddr *)&c->peer_sa, (struct sockaddr *)&c->local_sa,
-			    &id) == 0 &&
-	    uls_seg_open_as(&c->seg, id.uid, id.ino, id.cookie) == 0) {
-		struct uls_side *srv = &c->seg.hdr->side[ULS_SERVER];
-		if ((atomic_load(&srv->state) & ULS_SIDE_ATTACHED) &&
-		    atomic_load(&srv->cookie) == cookie) {
-			bind_role(c, ULS_SERVER);
-			c->path = ULS_PATH_SHM;
-			atomic_store(&c->shared, 1);
-			uls_conn_join_side(c);
-			uls_dbg("fd=%d adopted as server", fd);
+	for (const struct uls_transport_ops *const *t = uls_transports; *t; t++)
+		if ((*t)->adopt(c, fd))
 			return adopted(c, fd);
-		}
-		uls_seg_unmap(&c->seg);
-	}
 	c->role = ULS_SERVER;
 	uls_conn_set_kernel(c, fd, "socket reached this process without ulsock state");
 	return c;
-}
-
-/* Is the socket self -> other closed in every process? The kernel knows. */
-static int socket_gone(const struct sockaddr_storage *self, const struct sockaddr_storage *other)
-{
-	struct uls_sockid id;
-	int err = uls_diag_lookup((const struct sockaddr *)self, (const struct sockaddr *)other, &id);
-
-	return err == -ENOENT || (err == 0 && id.ino == 0);
-}
-
-/*
- * Is the peer's last attached process still there? Then it removes the name itself when
- * it closes, and the kernel need not be asked (a sock_diag round trip per close). A pid
- * reused meanwhile only leaves the name to the sweep.
- */
-static int peer_pid_alive(struct uls_conn *c)
-{
-	pid_t pid = (pid_t)atomic_load(&c->peer->pid);
-
-	return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
-}
-
-/*
- * The last holder of our socket closed it: tell the peer, and remove the segment's name
- * when nobody can need it any more.
- */
-static void conn_release_shared(struct uls_conn *c)
-{
-	uint32_t peer_state;
-	/* Kernel TCP resets a connection closed with bytes unread, as SO_LINGER {1, 0} does. */
-	int64_t unread = uls_ring_readable(c->rx, atomic_load(&c->rx->sh->cons.head));
-	int reset = atomic_load(&c->linger_reset) || unread != 0;
-
-	atomic_store(&c->tx->sh->prod.eof, 1);
-	atomic_store(&c->rx->sh->cons.closed, 1);
-	atomic_fetch_or_explicit(&c->me->state, ULS_SIDE_CLOSED | (reset ? ULS_SIDE_RESET : 0),
-				 memory_order_seq_cst);
-	peer_state = atomic_load_explicit(&c->peer->state, memory_order_seq_cst);
-	uls_conn_wake_peer(c);
-	/*
-	 * Whoever closes last removes the name. A FIN on the wake-up stream comes only from
-	 * the peer's last close; a peer that died or exec'd away without closing is caught by
-	 * its pid, or by the sweep of the next ulsock process.
-	 */
-	/*
-	 * The client owns the name (a server of another user could not remove it from the
-	 * sticky /dev/shm): it removes it when it is done. A server removes it when the
-	 * client is gone without having done so.
-	 */
-	if (c->role == ULS_CLIENT || (peer_state & ULS_SIDE_CLOSED) ||
-	    atomic_load(&c->peer_gone) ||
-	    (!peer_pid_alive(c) && socket_gone(&c->peer_sa, &c->local_sa)))
-		uls_seg_remove(&c->seg);
-}
-
-/* How long a close waits for the peer's token lock and for wake-ups in flight. */
-#define CLOSE_DRAIN_NS (100u * 1000000u)
-
-/*
- * A close with wake-up bytes unread makes the kernel reset the connection, and the reset
- * throws away what this side's TCP direction still holds unsent: the data a client sent
- * before the switch, while a slow server had not read it yet (test_net_basic lost the
- * end of it that way, once in a few hundred runs under load). Reading the wake-ups that
- * are there is not enough: the peer may send one more just before the close. So under
- * the peer's token lock this side says it refuses wake-ups (the peer checks under the same
- * lock before sending one) and reads the peer's count of those it sent; then it reads
- * them all off TCP. They are in flight for microseconds; a peer that holds its lock or
- * never sends what it counted (hostile, or gone) costs at most CLOSE_DRAIN_NS.
- */
-static void close_drain(struct uls_conn *c, int fd)
-{
-	uint64_t deadline = uls_now_ns() + CLOSE_DRAIN_NS, sent = 0;
-	int refused;
-
-	while (!(refused = uls_shmlock_try(&c->peer->token_lock, &c->peer->token_owner)) &&
-	       uls_now_ns() < deadline)
-		sched_yield();
-	if (refused) {
-		atomic_store(&c->me->tokens_refused, 1);
-		sent = atomic_load(&c->peer->tokens_sent);
-		uls_shmlock_release(&c->peer->token_lock, &c->peer->token_owner);
-	}
-	for (;;) {
-		uls_conn_drain(c, fd);
-		if (!refused || atomic_load(&c->me->tokens_seen) >= sent ||
-		    atomic_load(&c->peer_gone) || !uls_conn_reads_tokens(c) ||
-		    uls_now_ns() >= deadline)
-			break;
-		struct pollfd p = {.fd = fd, .events = POLLIN};
-		uls_libc.poll(&p, 1, 1);
-	}
 }
 
 /*
@@ -600,19 +443,7 @@ static void close_last(struct uls_conn *c, int fd, int do_close, int *rc, int *e
 {
 	*rc = 0;
 	*err = 0;
-	/* Wake-up bytes left unread make the kernel reset instead of close; but with other
-	 * holders of the socket they may be another process's wake-up: leave them. */
-	if (uls_conn_accelerated(c) && !uls_conn_maybe_shared(c))
-		close_drain(c, fd);
-	if (atomic_load(&c->path) == ULS_PATH_PENDING && c->role == ULS_CLIENT) {
-		/* The server may have attached without this side having moved a byte since. */
-		if (atomic_load(&c->peer->state) & ULS_SIDE_ATTACHED) {
-			atomic_store(&c->path, ULS_PATH_SHM);
-			uls_conn_log_path(c, fd);
-		} else {
-			uls_conn_set_kernel(c, fd, "peer never attached (not running ulsock?)");
-		}
-	}
+	c->tp->closing(c, fd);
 	atomic_store(&c->closed, 1);
 	if (c->stat && atomic_load(&c->path) == ULS_PATH_SHM && uls_cfg.log_level >= ULS_LOG_INFO) {
 		char names[140];
@@ -622,22 +453,11 @@ static void close_last(struct uls_conn *c, int fd, int do_close, int *rc, int *e
 			 (unsigned long long)atomic_load(&c->stat->rx_bytes));
 	}
 	if (do_close) {
-		/*
-		 * Alone with the socket, this process tells the peer before its FIN can: a
-		 * peer that sees the end of the stream first would take a reset for an end.
-		 * Other processes may hold the socket (fork, SCM_RIGHTS): then the kernel is
-		 * asked after the close.
-		 */
-		int alone = c->seg.hdr && !uls_conn_maybe_shared(c);
-		if (alone)
-			conn_release_shared(c);
-		*rc = uls_libc.close(fd);
+		*rc = c->tp->close(c, fd);
 		*err = errno;
-		if (c->seg.hdr && !alone && socket_gone(&c->local_sa, &c->peer_sa))
-			conn_release_shared(c);
 	}
 	/* Threads still waiting on the connection in this process give up. */
-	uls_conn_wake_self(c);
+	c->tp->wake(c);
 	uls_waitq_kick(&c->wq);
 }
 
@@ -651,7 +471,7 @@ int uls_conn_close(struct uls_conn *c, int fd, int do_close)
 	if (!last)
 		return do_close ? uls_libc.close(fd) : 0;
 	/* A signal handler closes the socket of the call it interrupted: keep the conn for
-	 * that call, which drops this hold when it returns (conn_io.c, solo_end). */
+	 * that call, which drops this hold when it returns (transport/shm/io.c, solo_end). */
 	if (uls_solo_call == c && !atomic_load(&c->solo_hold)) {
 		atomic_fetch_add(&c->life, 1);
 		atomic_store(&c->solo_hold, 1);
@@ -675,7 +495,7 @@ void uls_conn_atfork_child(void)
 
 	/* Only this thread exists in the child: the list needs no lock, mutexes a reset. */
 	pthread_mutex_init(&list_mu, NULL);
-	uls_seg_atfork_child();
+	uls_transports_atfork_child();
 	for (struct uls_conn *c = conn_list; c; c = c->next) {
 		struct ulsock_stat_rec *old = c->stat;
 		pthread_mutex_init(&c->mu, NULL);
@@ -722,11 +542,11 @@ struct uls_conn *uls_conn_local_peer(struct uls_conn *c, int *fd)
 {
 	struct uls_conn *found = NULL;
 
-	if (!c->seg.hdr)
+	if (c->tp == &uls_kernel_transport)
 		return NULL;
 	pthread_mutex_lock(&list_mu);
 	for (struct uls_conn *p = conn_list; p && !found; p = p->next)
-		if (p != c && p->seg.hdr && p->seg.ino == c->seg.ino && p->role != c->role)
+		if (p != c && p->tp == c->tp && p->tp_id == c->tp_id && p->role != c->role)
 			found = p;
 	pthread_mutex_unlock(&list_mu);
 	if (!found)
@@ -742,9 +562,7 @@ struct uls_conn *uls_conn_local_peer(struct uls_conn *c, int *fd)
 
 int uls_conn_maybe_shared(struct uls_conn *c)
 {
-	/* A process that joins this side (exec, spawn, SCM_RIGHTS, pidfd_getfd) says so in
-	 * the segment before its first call (uls_conn_join_side). */
-	return atomic_load(&c->shared) || (c->seg.hdr && atomic_load(&c->me->multi));
+	return atomic_load(&c->shared) || c->tp->joined(c);
 }
 
 int uls_conn_any_accelerated(void)

@@ -1,13 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * A TCP connection as one process of one side sees it. The kernel socket stays the
- * program's descriptor; the conn adds the segment mapping and the per-process state.
- * All cross-process state lives in the segment (struct uls_side), so a process that
- * inherits the socket by fork, exec or SCM_RIGHTS finds the same connection.
- *
- * Directions: the server sends on the ring from the moment it attaches. The client sends
- * on TCP until it sees the server attached, then records how many data bytes it sent on
- * TCP (switch_pos) and uses the ring; after that point its TCP bytes are wake-ups only.
+ * program's descriptor; the conn adds the per-process state: references, the path, the
+ * options ulsock keeps for the program, the names, the stat record, and the state of the
+ * transport that carries its bytes (c->tp, c->tp_state; transport.h). What a transport
+ * shares between processes lives in its own shared state (for shared memory, the segment's
+ * struct uls_side), so a process that inherits the socket by fork, exec or SCM_RIGHTS
+ * finds the same connection.
  */
 #ifndef ULS_CONN_H
 #define ULS_CONN_H
@@ -18,13 +17,14 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#include "../transport/shm/segment.h"
 #include "bell.h"
 #include "stat.h"
 #include "transport.h"
 #include "wait.h"
 
 enum uls_path { ULS_PATH_PENDING, ULS_PATH_SHM, ULS_PATH_KERNEL };
+/* The side a process is on: the one that connected, or the one that accepted. */
+enum uls_role { ULS_CLIENT = 0, ULS_SERVER = 1 };
 
 struct uls_conn {
 	pthread_mutex_t mu; /* process-local fields: refs, path, logged */
@@ -42,29 +42,13 @@ struct uls_conn {
 	_Atomic int shut_rd, shut_wr;
 	_Atomic int linger_reset; /* SO_LINGER {1, 0}: close resets the connection */
 	_Atomic int reset_seen;   /* ECONNRESET was reported once; EOF from then on */
-	_Atomic uint64_t tx_full; /* times a send found the ring full (EPOLLOUT edges) */
-	uint64_t tx_head_seen;    /* the consumer's head as last read (send lock) */
 	/*
-	 * The positions this process published last as its side's only producer or consumer
-	 * (solo calls, conn_io.c). The next solo call starts from them instead of loading its
-	 * own position back from the line the peer keeps reading: with 64-byte sends, 86% of
-	 * ring_send's samples waited on that load. Any other call drops them; nothing else
-	 * publishes while calls are solo, and a side never goes back to solo.
+	 * The transport's own state of the connection: its folder defines what is in it
+	 * (for shared memory, struct uls_shm_conn in transport/shm/shm_int.h) and asserts that
+	 * it fits. Embedded rather than pointed to: the data path reads it on every call.
 	 */
-	uint64_t tx_tail_mine, rx_head_mine;
-	uint8_t tx_mine_ok, rx_mine_ok;
-	/*
-	 * Receive pacing (ring_recv): the last receive emptied the ring and this process has
-	 * sent nothing since (a one-way stream), and when a paced receive last looked.
-	 */
-	_Atomic uint8_t rx_stream;
-	_Atomic uint64_t rx_looked_ns;
-	_Atomic uint64_t tcp_checked; /* when a poller last looked at the TCP socket (ns) */
-	_Atomic unsigned fence_streak[2]; /* publications that found the peer awake (fence.h) */
+	_Alignas(16) unsigned char tp_state[ULS_TP_STATE_SIZE];
 	uint64_t rcvtimeo_ns, sndtimeo_ns; /* 0: none */
-	struct uls_seg seg;
-	struct uls_ring *tx, *rx;
-	struct uls_side *me, *peer;
 	struct sockaddr_storage local_sa, peer_sa;
 	char reason[96];
 	int logged;
@@ -99,23 +83,26 @@ struct uls_conn {
 	_Atomic int solo_hold; /* a signal handler's close held the conn for a solo call */
 	/* O_ASYNC came while the connection could not move back yet (uls_conn_async). */
 	_Atomic int revert_owed;
-	_Atomic int on_rings; /* kernel_parts found both directions on the rings (cache) */
 	_Atomic int nodelay_forced; /* this process set TCP_NODELAY for wake-ups (under mu) */
 	struct ulsock_stat_rec *stat;
 	struct uls_conn *next; /* process-wide list */
 	/* The transport (transport.h): kernel TCP until the connection is bound to another,
 	 * then that one for good. */
 	const struct uls_transport_ops *tp;
+	/* The connection's name in its transport, the same in both ends' processes (for
+	 * shared memory the segment's): tells a conn from one that reused its memory. 0 on
+	 * kernel TCP. */
+	uint64_t tp_id;
 };
 
 /*
- * Some of c's bytes may travel off the kernel path: it has a fast-path attachment and has
- * not moved back to kernel TCP. The one test of "is this connection accelerated" (NULL:
+ * Some of c's bytes may travel off the kernel path: it is bound to a fast transport and
+ * has not moved back to kernel TCP. The one test of "is this connection accelerated" (NULL:
  * no). Readiness decisions that must see the pending client use the attachment alone.
  */
 static inline int uls_conn_accelerated(struct uls_conn *c)
 {
-	return c && c->seg.hdr && atomic_load(&c->path) != ULS_PATH_KERNEL;
+	return c && c->tp != &uls_kernel_transport && atomic_load(&c->path) != ULS_PATH_KERNEL;
 }
 
 /* The descriptor for c's kernel work: fd, or the one kept for calls a close overtook. */
@@ -143,13 +130,19 @@ void uls_conn_unhold(struct uls_conn *c);
  */
 int uls_conn_close(struct uls_conn *c, int fd, int do_close);
 
-/* connect(): creates the segment before the real connect. Returns a conn or NULL (plain). */
-struct uls_conn *uls_conn_connect_prepare(int fd, const struct sockaddr *dst, uint64_t c2s,
-					  uint64_t s2c, char *reason, size_t rlen);
-void uls_conn_connect_done(struct uls_conn *c, int fd, int err);
-/* accept(): decides the path of an accepted socket; always returns a conn (maybe kernel). */
+/*
+ * connect(): before the kernel's connect on fd to dst (len bytes), the transports of the
+ * table are asked to take the connection (transport.h). Returns its conn, NULL only when
+ * out of memory; connect_done tells it the kernel's result (err: errno or 0) and returns
+ * it, or NULL when the connect failed (the conn is gone then).
+ */
+struct uls_conn *uls_conn_connect_prepare(int fd, const struct sockaddr *dst, socklen_t len,
+					  const struct uls_conn_hints *hints);
+struct uls_conn *uls_conn_connect_done(struct uls_conn *c, int fd, int err);
+/* accept(): decides the path of an accepted socket; returns its conn (maybe kernel). */
 struct uls_conn *uls_conn_accept(int fd, const struct sockaddr *peer, socklen_t len);
-/* A socket this process did not create or accept (exec, SCM_RIGHTS): finds its segment. */
+/* A socket this process did not create or accept (exec, SCM_RIGHTS): asks the transports
+ * to find its connection, else it is kernel TCP's. */
 struct uls_conn *uls_conn_adopt(int fd);
 
 /*
@@ -178,8 +171,13 @@ void uls_conn_revert_owed(struct uls_conn *c, int fd);
 /* Readiness for poll and epoll. */
 #define ULS_KERNEL_RX 0x1 /* receive readiness is the kernel's (TCP data before the switch) */
 #define ULS_KERNEL_TX 0x2 /* send readiness is the kernel's (client still on TCP) */
-/* Are the bytes still to come on TCP from the peer wake-ups that this side may read? */
-int uls_conn_reads_tokens(struct uls_conn *c);
+
+/*
+ * The conn of the send or receive this thread runs without a hold (a transport's solo
+ * call: transport/shm/io.c), or NULL. A signal handler that closes its socket keeps the
+ * conn for it (uls_conn_close).
+ */
+extern __thread struct uls_conn *uls_solo_call __attribute__((tls_model("initial-exec")));
 
 /* SO_ZEROCOPY was set on fd (or asked now); returns 1 when on. */
 int uls_conn_zc_enabled(struct uls_conn *c, int fd);
@@ -188,8 +186,6 @@ void uls_conn_zc_set(struct uls_conn *c, int on);
 void uls_conn_zc_sent(struct uls_conn *c);
 /* recvmsg(MSG_ERRQUEUE): the pending completions as the kernel reports them, or -EAGAIN. */
 ssize_t uls_conn_zc_report(struct uls_conn *c, struct msghdr *msg);
-/* TCP_INFO: the kernel's byte counters less wake-up bytes, plus the ring's. */
-void uls_conn_fix_tcp_info(struct uls_conn *c, void *info, socklen_t len);
 /* Peeks of the next receive of this thread ignore SO_PEEK_OFF (splice's own). */
 extern __thread int uls_peek_raw;
 
@@ -295,6 +291,12 @@ static inline int uls_conn_revert(struct uls_conn *c, int fd, int timeout_ms)
 static inline int uls_conn_tx_to_kernel(struct uls_conn *c, int fd)
 {
 	return c->tp->tx_to_kernel(c, fd);
+}
+
+/* TCP_INFO as the kernel filled it (len bytes): the transport makes its counters true. */
+static inline void uls_conn_fix_tcp_info(struct uls_conn *c, void *info, socklen_t len)
+{
+	c->tp->tcp_info(c, info, len);
 }
 
 /*

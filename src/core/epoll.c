@@ -189,7 +189,7 @@ int uls_epoll_ctl(struct uls_epoll *ep, int epfd, int op, int fd, struct epoll_e
 			break;
 		}
 		struct uls_conn *c = r && r->ghost ? uls_ring_conn(fd) : NULL;
-		if (c && c == r->ghost_conn && c->seg.ino == r->ghost_ino) {
+		if (c && c == r->ghost_conn && c->tp_id == r->ghost_id) {
 			err = uls_epoll_revive(ep, epfd, r, ev);
 			break;
 		}

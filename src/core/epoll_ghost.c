@@ -29,7 +29,7 @@ int uls_make_ghost(struct uls_epoll *ep, struct epreg *r)
 		return 0;
 	r->ghost = 1;
 	r->ghost_conn = c;
-	r->ghost_ino = c->seg.ino;
+	r->ghost_id = c->tp_id;
 	uls_watch_del(ep, r->fd);
 	return 1;
 }

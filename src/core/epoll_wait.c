@@ -139,7 +139,7 @@ static int watched_ready(struct uls_epoll *ep, int epfd, struct epreg *r, int ar
 	if (arm)
 		arm_conn(ep, c, poll_bits(r->events));
 	int ready = uls_conn_ready(c, poll_bits(r->events));
-	/* Urgent data is the kernel's alone (conn_io.c): asked only by who wants EPOLLPRI. */
+	/* Urgent data is the kernel's alone (transport/shm/io.c): asked only by who wants EPOLLPRI. */
 	if (ready && (r->events & EPOLLPRI)) {
 		struct pollfd p = {.fd = r->fd, .events = POLLPRI};
 		if (uls_libc.poll(&p, 1, 0) > 0)
@@ -251,7 +251,7 @@ static int kernel_pass(struct uls_epoll *ep, int epfd, struct epoll_event *evs, 
 	ep->kernel_seen = uls_now_ns();
 	pthread_mutex_unlock(&ep->mu);
 	if (ms != 0)
-		uls_seg_reap();
+		uls_transports_idle();
 	r = uls_libc.epoll_pwait(epfd, evs, max, ms, mask);
 	pthread_mutex_lock(&ep->mu);
 	if (r < 0)

@@ -36,8 +36,8 @@ struct epreg {
 	unsigned told;    /* the set's cycle when it was last reported (fair_skip) */
 	uint64_t seq;     /* when it was last reported, in the set's count of reports */
 	int ghost;        /* deleted by the program, still registered with the kernel */
-	struct uls_conn *ghost_conn; /* the ghost's conn and its segment's inode: an fd */
-	uint64_t ghost_ino;          /* closed behind ulsock's back has another */
+	struct uls_conn *ghost_conn; /* the ghost's conn and its name in its transport */
+	uint64_t ghost_id;           /* (tp_id): an fd closed behind ulsock's back has another */
 	int closed;       /* its fd was closed: the kernel may still report it (a dup) */
 	struct uls_conn *oconn; /* an orphan (see uls_epoll_orphan()): its conn, and a descriptor */
 	int ofd;                /* of its socket still open in this process */

@@ -60,7 +60,7 @@ int uls_ready_merge(struct uls_conn *c, int fd, int events, int krev)
 	/*
 	 * Errors and hang-ups of the socket are the kernel's, whichever way the bytes go (a
 	 * send after the peer closed goes to the kernel, whose reset ends it), and so is
-	 * urgent data, which never travels on the rings (conn_io.c, MSG_OOB).
+	 * urgent data, which never travels on the rings (transport/shm/io.c, MSG_OOB).
 	 */
 	r |= krev & (POLLHUP | POLLERR | (events & POLLPRI));
 	if (parts & ULS_KERNEL_RX)
@@ -91,7 +91,7 @@ static int kernel_ppoll(struct pollfd *k, nfds_t n, int64_t ns, const sigset_t *
 		tp = &ts;
 	}
 	if (ns != 0)
-		uls_seg_reap();
+		uls_transports_idle();
 	r = uls_libc.ppoll(k, n, tp, mask);
 	return r < 0 ? -errno : r;
 }

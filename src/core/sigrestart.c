@@ -4,7 +4,7 @@
 
 #include <stdatomic.h>
 
-#include "../transport/shm/guard.h"
+#include "transport.h"
 
 /*
  * SA_RESTART emulation. ulsock sleeps in poll(), which the kernel never restarts, while
@@ -34,8 +34,9 @@ int uls_signal_install(int sig, const struct sigaction *act, struct sigaction *o
 	struct sigaction mine, prev, was;
 	int r;
 
-	/* SIGBUS stays with the segment guard, which keeps the program's action itself. */
-	if (sig == SIGBUS && uls_guard_sigaction(act, old, &r) == 0)
+	/* A signal a transport keeps (SIGBUS for shared memory): it records the program's
+	 * action itself. */
+	if (uls_transports_sigaction(sig, act, old, &r) == 0)
 		return r;
 
 	if (sig <= 0 || sig >= NSIG_TRACKED || sig == SIGKILL || sig == SIGSTOP)

@@ -10,11 +10,14 @@
  *   - kernel TCP (src/transport/kernel): the pass-through. Every connection starts on it,
  *     and one that never gets a fast path stays on it; its operations are the kernel's
  *     calls on the socket.
- *   - shared memory (src/transport/shm, whose data path still lives in core/conn_io.c and
- *     core/revert.c): bound when the connection gets a segment. A connection of this
- *     transport that moves back to kernel TCP (protocol.md, section 8) keeps its table:
- *     the move is part of this transport's protocol, and its operations serve the
- *     connection on TCP from then on.
+ *   - shared memory (src/transport/shm): bound when the connection gets a segment. A
+ *     connection of this transport that moves back to kernel TCP (protocol.md, section 8)
+ *     keeps its table: the move is part of this transport's protocol, and its operations
+ *     serve the connection on TCP from then on.
+ *
+ * Every transport but kernel TCP is listed in the transport table (src/transport/list.h),
+ * in the order the core asks them to take a new connection. Adding one is a folder under
+ * src/transport/ with its table of operations, and one line in that list.
  *
  * The contract, for every operation: the caller holds the connection (uls_conn_hold, or
  * one of its descriptors) and passes the descriptor it was called on, fd; results are
@@ -26,6 +29,8 @@
 #ifndef ULS_TRANSPORT_H
 #define ULS_TRANSPORT_H
 
+#include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -33,8 +38,42 @@
 
 struct uls_conn;
 
+/* The room for a transport's own state in each connection (struct uls_conn, tp_state). */
+#define ULS_TP_STATE_SIZE 256
+
+/* What the program asked of a socket before it connected, for the transport to size by. */
+struct uls_conn_hints {
+	uint32_t sndbuf, rcvbuf; /* SO_SNDBUF and SO_RCVBUF as set, 0: not set */
+};
+
+/* A transport's answer when asked to take a connection (connect, accept). */
+enum uls_tp_answer {
+	ULS_TP_TAKEN,    /* c is bound to the transport (it set c->tp) */
+	ULS_TP_DECLINED, /* the connection was this transport's to take, but it cannot: the
+			  * reason it wrote is final, no other transport is asked */
+	ULS_TP_NOT_MINE, /* not a connection of this transport (a peer on another host for
+			  * shared memory): the next one is asked, and this reason stands if
+			  * none takes it */
+};
+
 struct uls_transport_ops {
 	const char *name;
+
+	/*
+	 * ---- set-up: only transports of the table (list.h) have these ----
+	 * connect: before the kernel's connect on fd to dst; c is fresh (role ULS_CLIENT,
+	 * peer_sa dst). On ULS_TP_TAKEN its path is ULS_PATH_PENDING: the peer proves itself
+	 * later. Otherwise why (wlen bytes) says why not.
+	 */
+	enum uls_tp_answer (*connect)(struct uls_conn *c, int fd, const struct sockaddr *dst,
+				      const struct uls_conn_hints *hints, char *why, size_t wlen);
+	/* The kernel's connect failed after connect took c: undo it (c is dropped next). */
+	void (*connect_failed)(struct uls_conn *c);
+	/* An accepted socket fd (role ULS_SERVER, names filled in): as connect. */
+	enum uls_tp_answer (*accept)(struct uls_conn *c, int fd, char *why, size_t wlen);
+	/* A socket that reached this process without a conn (exec, SCM_RIGHTS, pidfd_getfd):
+	 * 1 when this transport found the connection's state and bound c, else 0. */
+	int (*adopt)(struct uls_conn *c, int fd);
 
 	/* ---- data: bytes moved, 0 at EOF (recv), or -errno ---- */
 	ssize_t (*send)(struct uls_conn *c, int fd, const struct iovec *iov, int iovcnt,
@@ -69,10 +108,54 @@ struct uls_transport_ops {
 	int (*tx_to_kernel)(struct uls_conn *c, int fd);
 	/* O_ASYNC was set: signal-driven I/O is the kernel's. */
 	void (*async)(struct uls_conn *c, int fd);
+
+	/* ---- the rest of a connection's life ---- */
+	/* The connection is on kernel TCP for good (uls_conn_set_kernel). */
+	void (*settled)(struct uls_conn *c);
+	/* The last close of this process, no call of it inside any more, before fd closes. */
+	void (*closing)(struct uls_conn *c, int fd);
+	/* Closes fd, that last descriptor: close's result, with errno. */
+	int (*close)(struct uls_conn *c, int fd);
+	/* Wakes this process's threads that sleep inside the transport on c, to look again
+	 * (c->closed and the rest). */
+	void (*wake)(struct uls_conn *c);
+	/* The conn's memory goes back: release what the transport holds for it. */
+	void (*destroy)(struct uls_conn *c);
+	/* Has another process of this side joined the connection (exec, SCM_RIGHTS)? */
+	int (*joined)(struct uls_conn *c);
+	/* TCP_INFO as the kernel filled it (len bytes): its counters made true. */
+	void (*tcp_info)(struct uls_conn *c, void *info, socklen_t len);
+
+	/*
+	 * ---- the process: the core calls these for every transport of the table, through
+	 * the uls_transports_* functions below; any may be NULL ----
+	 */
+	void (*process_init)(void); /* start-up, when ulsock is enabled */
+	void (*idle)(void);         /* a thread is about to sleep: deferred clean-up */
+	int (*fd_shortage)(void);   /* EMFILE: 1 when a descriptor was given back */
+	void (*uid_changed)(void);  /* the process's user changed (setuid and friends) */
+	void (*atfork_child)(void); /* in the child of a fork, its only thread */
+	void (*exec_begin)(void);   /* before an exec, which may fail: */
+	void (*exec_failed)(void);  /* ...and after one that did */
+	/* The program's sigaction for a signal the transport keeps (SIGBUS for shared
+	 * memory): 0 when it handled the call (*ret is the result), -1 otherwise. */
+	int (*sigaction)(int sig, const struct sigaction *act, struct sigaction *old, int *ret);
 };
 
-/* The transports of this build. */
+/* Kernel TCP, the pass-through (not in the table: every connection starts on it). */
 extern const struct uls_transport_ops uls_kernel_transport;
-extern const struct uls_transport_ops uls_shm_transport;
+/* The transport table: list.h's transports in order, then NULL (src/transport/table.c). */
+extern const struct uls_transport_ops *const uls_transports[];
+
+/* The process hooks of every transport of the table (core/transport.c). */
+void uls_transports_init(void);
+void uls_transports_idle(void);
+int uls_transports_fd_shortage(void);
+void uls_transports_uid_changed(void);
+void uls_transports_atfork_child(void);
+void uls_transports_exec_begin(void);
+void uls_transports_exec_failed(void);
+int uls_transports_sigaction(int sig, const struct sigaction *act, struct sigaction *old,
+			     int *ret);
 
 #endif

@@ -74,7 +74,7 @@ static int lead(struct uls_conn *c, int fd, uint64_t deadline, int drain, int ma
 			return r < 0 ? r : 0;
 	}
 	if (ms != 0)
-		uls_seg_reap();
+		uls_transports_idle();
 	uls_signal_clear();
 	r = uls_libc.poll(p, bell >= 0 ? 2 : 1, ms);
 	if (r > 0 && bell >= 0 && p[1].revents) {

@@ -26,7 +26,6 @@
 #include "../core/fdtable.h"
 #include "../core/log.h"
 #include "../core/wait.h"
-#include "../transport/shm/guard.h"
 
 static const char *library_path(void)
 {
@@ -132,7 +131,7 @@ static char **fixed_env(char *const envp[], char **to_free, int all)
 /*
  * What every exec does before the real call: the environment that keeps the library
  * (fixed_env; *entry is its LD_PRELOAD entry, to free), the epoll sets unshared, or in a
- * vfork child only what the child keeps (the parent goes on), and the segment guard told.
+ * vfork child only what the child keeps (the parent goes on), and the transports told.
  */
 static char **exec_begin(char *const envp[], char **entry)
 {
@@ -142,7 +141,7 @@ static char **exec_begin(char *const envp[], char **entry)
 		uls_vfork_exec_prepare();
 	else
 		uls_epoll_unshare();
-	uls_guard_exec_begin();
+	uls_transports_exec_begin();
 	return env;
 }
 
@@ -151,7 +150,7 @@ static void exec_failed(char *const envp[], char **env, char *entry)
 {
 	int err = errno;
 
-	uls_guard_exec_failed();
+	uls_transports_exec_failed();
 	if (env != (char **)envp) {
 		free(entry);
 		free(env);
@@ -235,9 +234,9 @@ static int do_spawn(int search, pid_t *pid, const char *file,
 	env = fixed_env(envp, &entry, fa != NULL);
 	/* The child may inherit an epoll fd: no hidden registrations in it. */
 	uls_epoll_unshare();
-	uls_guard_exec_begin();
+	uls_transports_exec_begin();
 	r = (search ? uls_libc.posix_spawnp : uls_libc.posix_spawn)(pid, file, fa, attr, argv, env);
-	uls_guard_exec_failed();
+	uls_transports_exec_failed();
 	/* The child holds what it inherited: the last close is no longer this process's. */
 	if (r == 0)
 		uls_conn_mark_shared_all();

@@ -11,11 +11,8 @@
 #include "../os/ownfd.h"
 #include "../core/event.h"
 #include "../core/fdtable.h"
-#include "../transport/shm/fence.h"
 #include "../core/log.h"
 #include "../core/stat.h"
-#include "../transport/shm/guard.h"
-#include "../transport/shm/segment.h"
 
 _Atomic int uls_ready;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
@@ -27,7 +24,6 @@ void uls_atfork_child(void)
 	uls_epoll_atfork_child();
 	uls_splice_atfork_child();
 	uls_config_atfork_child();
-	uls_fence_init();
 	uls_conn_atfork_child();
 }
 
@@ -47,18 +43,10 @@ static void do_init(void)
 	uls_log_open();
 	if (uls_fdtable_init() < 0)
 		uls_cfg.disabled = 1;
-	uls_fence_init();
 	pthread_atfork(uls_atfork_prepare, NULL, uls_atfork_child);
 	uls_clone_init();
-	if (!uls_cfg.disabled) {
-		uls_seg_sweep();
-		/* A segment file shrunk under this process must break one connection, not
-		 * kill the process (src/transport/shm/guard.h). */
-		int err = uls_guard_install(uls_libc.sigaction);
-		if (err < 0)
-			uls_warn("no SIGBUS guard (%s): a truncated segment file kills the process",
-				 strerror(-err));
-	}
+	if (!uls_cfg.disabled)
+		uls_transports_init();
 	uls_inside_end();
 	atomic_store_explicit(&uls_ready, 1, memory_order_release);
 	uls_dbg("loaded, profile %s", uls_profile_name(uls_cfg.profile));

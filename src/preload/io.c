@@ -83,7 +83,7 @@ static ssize_t fastopen_refused(int fd)
 
 /*
  * Urgent data goes on kernel TCP, behind everything this side put on the ring: its
- * sending direction moves back to TCP first (core/revert.c), for good.
+ * sending direction moves back to TCP first (transport/shm/revert.c), for good.
  */
 static ssize_t send_urgent(struct uls_conn *c, int fd, const struct msghdr *m, int flags)
 {

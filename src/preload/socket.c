@@ -39,7 +39,7 @@ ULS_EXPORT int socket(int domain, int type, int protocol)
 		return uls_libc.socket(domain, type, protocol);
 	int fd = uls_libc.socket(domain, type, protocol);
 	/* The spare segment's descriptor was the one the program lacked: give it back. */
-	if (fd < 0 && errno == EMFILE && uls_seg_spare_yield())
+	if (fd < 0 && errno == EMFILE && uls_transports_fd_shortage())
 		fd = uls_libc.socket(domain, type, protocol);
 	struct uls_fd *e = uls_fd_get(fd);
 
@@ -51,47 +51,23 @@ ULS_EXPORT int socket(int domain, int type, int protocol)
 	return fd;
 }
 
-static uint64_t ring_size_for(uint32_t requested)
-{
-	uint64_t s = uls_cfg.ring_size;
-
-	if (requested) {
-		s = ULS_RING_MIN;
-		while (s < requested && s < ULS_RING_MAX)
-			s <<= 1;
-	}
-	return s;
-}
-
 ULS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
 	if (!uls_enter())
 		return uls_libc.connect(fd, addr, len);
 	struct uls_fd *e = uls_fd_classify(fd);
 	struct uls_conn *c = NULL;
-	char reason[96] = "";
 	int r, err;
 
 	if (!e || atomic_load(&e->kind) != ULS_FD_TCP || !addr ||
 	    (addr->sa_family != AF_INET && addr->sa_family != AF_INET6))
 		return uls_libc.connect(fd, addr, len);
-	c = uls_conn_connect_prepare(fd, addr, ring_size_for(e->sndbuf), ring_size_for(e->rcvbuf),
-				     reason, sizeof(reason));
+	struct uls_conn_hints hints = {.sndbuf = e->sndbuf, .rcvbuf = e->rcvbuf};
+	c = uls_conn_connect_prepare(fd, addr, len, &hints);
 	r = uls_libc.connect(fd, addr, len);
 	err = r < 0 ? errno : 0;
-	if (c) {
-		uls_conn_connect_done(c, fd, err);
-		if (err && err != EINPROGRESS)
-			c = NULL;
-	} else if (!err || err == EINPROGRESS) {
-		c = uls_conn_alloc();
-		if (c) {
-			c->role = ULS_CLIENT;
-			memcpy(&c->peer_sa, addr, len < sizeof(c->peer_sa) ? len : sizeof(c->peer_sa));
-			uls_conn_connect_done(c, fd, 0);
-			uls_conn_set_kernel(c, fd, reason);
-		}
-	}
+	if (c)
+		c = uls_conn_connect_done(c, fd, err);
 	if (c) {
 		atomic_store(&c->nonblock, e->nonblock);
 		c->rcvtimeo_ns = e->rcvtimeo_ns;
@@ -124,7 +100,7 @@ static int do_accept(int lfd, struct sockaddr *addr, socklen_t *len, int flags, 
 	lowat = le ? le->rcvlowat : 0;
 	fd = four ? uls_libc.accept4(lfd, (struct sockaddr *)&ss, &sl, flags)
 		  : uls_libc.accept(lfd, (struct sockaddr *)&ss, &sl);
-	if (fd < 0 && errno == EMFILE && uls_seg_spare_yield()) {
+	if (fd < 0 && errno == EMFILE && uls_transports_fd_shortage()) {
 		sl = sizeof(ss);
 		fd = four ? uls_libc.accept4(lfd, (struct sockaddr *)&ss, &sl, flags)
 			  : uls_libc.accept(lfd, (struct sockaddr *)&ss, &sl);
@@ -568,7 +544,7 @@ static int uid_result(int r)
 {
 	if (r == 0 && !uls_vfork_child()) {
 		uls_uid_changed();
-		uls_seg_spare_drop();
+		uls_transports_uid_changed();
 	}
 	return r;
 }

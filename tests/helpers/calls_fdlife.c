@@ -721,7 +721,7 @@ static void case_spawn_writer(CALLS_ARGS)
  * fork: nothing tells the parent), sends its own on the same socket. The peer reads in
  * multiples of 16 bytes, so no record is ever split: each must arrive whole, in its
  * writer's order, none lost. Under ulsock the parent runs single-threaded without locks
- * until the second process joins the connection's side (conn_io.c, solo path).
+ * until the second process joins the connection's side (shm/io.c, solo path).
  */
 static void case_spawn_shared(CALLS_ARGS)
 {

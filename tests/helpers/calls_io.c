@@ -898,7 +898,7 @@ static void case_sigset_semantics(CALLS_ARGS)
 #pragma GCC diagnostic pop
 
 /*
- * ulsock runs the calls of a single-threaded process without locks (conn_io.c, the solo
+ * ulsock runs the calls of a single-threaded process without locks (shm/io.c, the solo
  * path). These cases stay single-threaded, with signals from interval timers in place of
  * the kicker thread, and check what a signal handler can do to such a call.
  */
@@ -1057,7 +1057,7 @@ static void case_solo_handler_send(CALLS_ARGS)
 
 /*
  * A one-way stream of small messages, received with a large buffer, so that every receive
- * empties the ring and the next one is paced (conn_io.c, ring_recv); bursts end in pauses,
+ * empties the ring and the next one is paced (shm/io.c, ring_recv); bursts end in pauses,
  * so the last message of each burst reaches a receiver that paced its look. Then one
  * request and reply each way: a receive after a send is not paced. Every byte is checked.
  */

@@ -45,6 +45,7 @@
 #include "os/libc.h"
 #include "os/ownfd.h"
 #include "transport/shm/fence.h"
+#include "transport/shm/shm_int.h"
 
 /* Seconds one case may take before the watchdog fails the test (CMake gives more). */
 #define PAIR_WATCHDOG_SEC 40
@@ -215,10 +216,12 @@ static inline void pair_note_seg(struct end *e)
 {
 	int n = atomic_load(&pair_nseg);
 
-	if (!e->c->seg.hdr)
+	struct uls_seg *seg = &shm_of(e->c)->seg;
+
+	if (!seg->hdr)
 		return;
 	CHECK_INT(n, <, PAIR_MAX_SEGS);
-	uls_seg_path_of(pair_seg_paths[n], sizeof(pair_seg_paths[n]), e->c->seg.uid, e->c->seg.ino);
+	uls_seg_path_of(pair_seg_paths[n], sizeof(pair_seg_paths[n]), seg->uid, seg->ino);
 	atomic_store(&pair_nseg, n + 1);
 	memcpy(e->seg, pair_seg_paths[n], sizeof(e->seg));
 }
@@ -241,27 +244,31 @@ static inline void pair_bind_entry(struct uls_fd *t, struct end *e, int nonblock
 	atomic_store(&t->kind, ULS_FD_CONN);
 }
 
-/* connect() as preload/socket.c makes it; with nonblock it may still be in progress. */
+/*
+ * connect() as preload/socket.c makes it; with nonblock it may still be in progress. The
+ * ring sizes are asked as socket buffers (powers of two: the rings get them exactly).
+ */
 static inline struct end pair_connect(int nonblock, uint64_t c2s, uint64_t s2c)
 {
 	struct end e = {.fd = -1};
-	char reason[96] = "";
+	struct uls_conn_hints hints = {.sndbuf = (uint32_t)c2s, .rcvbuf = (uint32_t)s2c};
 	int r, err;
 
 	e.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
 	CHECK(e.fd >= 0);
 	struct uls_fd *t = pair_entry(e.fd, nonblock);
 	atomic_store(&t->kind, ULS_FD_TCP);
-	e.c = uls_conn_connect_prepare(e.fd, (struct sockaddr *)&pair_addr, c2s, s2c, reason,
-				       sizeof(reason));
-	if (!e.c)
-		check_context("uls_conn_connect_prepare: %s", reason);
+	e.c = uls_conn_connect_prepare(e.fd, (struct sockaddr *)&pair_addr, sizeof(pair_addr),
+				       &hints);
 	CHECK(e.c != NULL);
+	if (e.c->tp == &uls_kernel_transport)
+		check_context("uls_conn_connect_prepare: %s", e.c->reason);
+	CHECK(e.c->tp == &uls_shm_transport);
 	pair_note_seg(&e);
 	r = connect(e.fd, (struct sockaddr *)&pair_addr, sizeof(pair_addr));
 	err = r < 0 ? errno : 0;
 	CHECK(err == 0 || err == EINPROGRESS);
-	uls_conn_connect_done(e.c, e.fd, err);
+	CHECK(uls_conn_connect_done(e.c, e.fd, err) == e.c);
 	pair_bind_entry(t, &e, nonblock);
 	return e;
 }

@@ -109,7 +109,8 @@ static uint64_t kernel_socket(const struct sockaddr_storage *self,
  */
 static void until_asleep(struct uls_conn *c, int send, enum phase ph)
 {
-	_Atomic uint32_t *want = send ? &c->tx->sh->prod.want_space : &c->rx->sh->cons.want_data;
+	struct uls_shm_conn *s = shm_of(c);
+	_Atomic uint32_t *want = send ? &s->tx->sh->prod.want_space : &s->rx->sh->cons.want_data;
 	uint32_t bit = ph == ON_FUTEX ? ULS_WANT_FUTEX : ULS_WANT_TOKEN;
 
 	while (!(atomic_load(want) & bit) || atomic_load(&c->life) < 2)

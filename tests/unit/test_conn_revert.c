@@ -57,16 +57,16 @@ static void make_busy(struct busy *b, uint64_t seed, uint64_t pre, uint64_t up, 
 		stream_recv_to(&b->srv, &b->up, pre, &b->rng);
 	uls_conn_arm(b->cli.c, POLLIN);
 	stream_send_to(&b->srv, &b->down, down, &b->rng);
-	CHECK_U64(atomic_load(&b->srv.c->me->tokens_sent), >=, 1);
+	CHECK_U64(atomic_load(&shm_of(b->srv.c)->me->tokens_sent), >=, 1);
 	if (!up) {
-		CHECK_U64(atomic_load(&b->cli.c->me->switched), ==, 0);
+		CHECK_U64(atomic_load(&shm_of(b->cli.c)->me->switched), ==, 0);
 		return;
 	}
 	uls_conn_arm(b->srv.c, POLLIN);
 	stream_send_to(&b->cli, &b->up, pre + up, &b->rng);
 	CHECK_EQ(pair_path(&b->cli), ULS_PATH_SHM);
-	CHECK_U64(atomic_load(&b->cli.c->me->switch_pos), ==, pre);
-	CHECK_U64(atomic_load(&b->cli.c->me->tokens_sent), >=, 1);
+	CHECK_U64(atomic_load(&shm_of(b->cli.c)->me->switch_pos), ==, pre);
+	CHECK_U64(atomic_load(&shm_of(b->cli.c)->me->tokens_sent), >=, 1);
 }
 
 static void free_busy(struct busy *b)
@@ -84,8 +84,8 @@ static void free_busy(struct busy *b)
 static void expect_reverted(struct end *e)
 {
 	CHECK_EQ(pair_path(e), ULS_PATH_KERNEL);
-	CHECK_U64(atomic_load(&e->c->me->tx_reverted), ==, 1);
-	CHECK_U64(atomic_load(&e->c->me->rx_back), ==, 1);
+	CHECK_U64(atomic_load(&shm_of(e->c)->me->tx_reverted), ==, 1);
+	CHECK_U64(atomic_load(&shm_of(e->c)->me->rx_back), ==, 1);
 	CHECK(!pair_seg_named(e));
 }
 
@@ -142,19 +142,19 @@ static void local_case(uint64_t seed, int who, uint64_t pre, enum shut shut, int
 	struct stream *a_rx = who == ULS_CLIENT ? &b.down : &b.up;
 	if (shut != NONE_SHUT)
 		CHECK_EQ(pair_shutdown(shut == A_SHUT ? a : p, SHUT_WR), 0);
-	if (who == ULS_SERVER && pre && atomic_load(&b.cli.c->me->switched)) {
+	if (who == ULS_SERVER && pre && atomic_load(&shm_of(b.cli.c)->me->switched)) {
 		/* The client's unread bytes from before its switch would sit in front of its
 		 * wake-ups in the kernel's queue. (Unswitched, it sent only data there.) */
 		CHECK_INT(uls_conn_revert(a->c, a->fd, REVERT_MS), ==, -EBUSY);
 		CHECK_EQ(pair_path(a), ULS_PATH_SHM);
-		CHECK_U64(atomic_load(&a->c->me->revert_req), ==, 0);
-		CHECK_U64(atomic_load(&p->c->me->tx_reverted), ==, 0);
+		CHECK_U64(atomic_load(&shm_of(a->c)->me->revert_req), ==, 0);
+		CHECK_U64(atomic_load(&shm_of(p->c)->me->tx_reverted), ==, 0);
 		stream_recv_to(a, &b.up, pre, &b.rng);
 	}
 	CHECK_EQ(uls_conn_revert(a->c, a->fd, REVERT_MS), 0);
 	expect_reverted(a);
 	/* Served from here: the peer's end is in this process. */
-	CHECK_U64(atomic_load(&p->c->me->tx_reverted), ==, 1);
+	CHECK_U64(atomic_load(&shm_of(p->c)->me->tx_reverted), ==, 1);
 	/* A second revert has nothing to do. */
 	CHECK_EQ(uls_conn_revert(a->c, a->fd, REVERT_MS), 0);
 	/* The peer's bytes a had not read from the ring are on a's kernel socket now. */
@@ -203,11 +203,11 @@ static void thread_case(uint64_t seed)
 	r = (struct reader){.e = &b.cli, .st = &b.down, .seed = seed + 1};
 	CHECK_EQ(pthread_create(&r.t, NULL, read_all, &r), 0);
 	/* It read the ring empty and sleeps (a futex or the socket): it asked to be woken. */
-	while (!atomic_load(&b.cli.c->rx->sh->cons.want_data))
+	while (!atomic_load(&shm_of(b.cli.c)->rx->sh->cons.want_data))
 		pair_pause();
 	CHECK_EQ(uls_conn_revert(b.srv.c, b.srv.fd, REVERT_MS), 0);
 	expect_reverted(&b.srv);
-	CHECK_U64(atomic_load(&b.cli.c->me->tx_reverted), ==, 1);
+	CHECK_U64(atomic_load(&shm_of(b.cli.c)->me->tx_reverted), ==, 1);
 	stream_recv_to(&b.srv, &b.up, b.up.sent, &b.rng);
 	stream_send_to(&b.srv, &b.down, b.down.total, &b.rng);
 	CHECK_EQ(pair_shutdown(&b.srv, SHUT_WR), 0);
@@ -251,7 +251,7 @@ static void fork_peer(int who, struct plan *pl, struct stream *a2p, struct strea
 	stream_send_to(&p, p2a, pl->p_before, &rng);
 	pair_tell(ready);
 	stream_recv_eof(&p, a2p, &rng);
-	CHECK_U64(atomic_load(&p.c->me->tx_reverted), ==, 1);
+	CHECK_U64(atomic_load(&shm_of(p.c)->me->tx_reverted), ==, 1);
 	stream_send_to(&p, p2a, p2a->total, &rng);
 	CHECK_EQ(pair_shutdown(&p, SHUT_WR), 0);
 	CHECK_EQ(pair_path(&p), ULS_PATH_KERNEL);
@@ -326,7 +326,7 @@ static void unattached_case(uint64_t seed)
 	expect_reverted(&b.cli);
 	b.srv = pair_accept(lfd, 0);
 	CHECK_EQ(pair_path(&b.srv), ULS_PATH_KERNEL);
-	CHECK(!(atomic_load(&b.cli.c->peer->state) & ULS_SIDE_ATTACHED));
+	CHECK(!(atomic_load(&shm_of(b.cli.c)->peer->state) & ULS_SIDE_ATTACHED));
 	finish(&b, 1 + check_rand_below(&b.rng, 100000), 0, 0);
 	free_busy(&b);
 }

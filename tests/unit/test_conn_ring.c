@@ -219,9 +219,9 @@ static void child(void)
 	CHECK_EQ(uls_seg_open(&seg, seg_ino, COOKIE), 0);
 	CHECK_U64(seg.ring[ULS_C2S].size, ==, C2S_SIZE);
 	CHECK_U64(seg.ring[ULS_S2C].size, ==, S2C_SIZE);
-	atomic_store(&seg.hdr->side[ULS_SERVER].pid, (uint32_t)getpid());
+	atomic_store(&seg.hdr->side[ULS_SIDE_SERVER].pid, (uint32_t)getpid());
 	/* Release: the client that sees ATTACHED sees everything the server set before. */
-	atomic_fetch_or_explicit(&seg.hdr->side[ULS_SERVER].state, ULS_SIDE_ATTACHED,
+	atomic_fetch_or_explicit(&seg.hdr->side[ULS_SIDE_SERVER].state, ULS_SIDE_ATTACHED,
 				 memory_order_seq_cst);
 	rep.bytes = consume(&seg.ring[ULS_C2S], NULL, 0, &rep.sum, &rng);
 	CHECK_U64(rep.bytes, ==, TOTAL);
@@ -256,7 +256,7 @@ int main(void)
 
 	/* The client side: wait for the server to attach, then the name can go. */
 	check_context("parent");
-	while (!(atomic_load_explicit(&seg.hdr->side[ULS_SERVER].state, memory_order_acquire) &
+	while (!(atomic_load_explicit(&seg.hdr->side[ULS_SIDE_SERVER].state, memory_order_acquire) &
 		 ULS_SIDE_ATTACHED))
 		stall(&since, "attach");
 	uls_seg_unlink(seg_ino);

@@ -14,7 +14,7 @@
  *            (uls_poll), as an event loop does; the order of the steps is exact, so the
  *            switch position is known;
  *   fork:    client and server in two single-threaded processes with blocking calls (the
- *            solo path of conn_io.c): request/response rounds, then a stream each way;
+ *            solo path of shm/io.c): request/response rounds, then a stream each way;
  *   threads: one process, a sending and a receiving thread per end, blocking calls, with
  *            the accept made while the client's first bytes are still being sent.
  * One process can hold both ends: the server finds the client's segment through
@@ -35,8 +35,8 @@ static int lfd;
 static void expect_unswitched(struct end *cli, uint64_t tcp)
 {
 	CHECK_EQ(pair_path(cli), ULS_PATH_PENDING);
-	CHECK_U64(atomic_load(&cli->c->me->tcp_data), ==, tcp);
-	CHECK_U64(atomic_load(&cli->c->me->switched), ==, 0);
+	CHECK_U64(atomic_load(&shm_of(cli->c)->me->tcp_data), ==, tcp);
+	CHECK_U64(atomic_load(&shm_of(cli->c)->me->switched), ==, 0);
 	CHECK(pair_seg_named(cli));
 }
 
@@ -45,9 +45,9 @@ static void expect_switched(struct end *cli, struct end *srv, uint64_t pos)
 {
 	CHECK_EQ(pair_path(cli), ULS_PATH_SHM);
 	CHECK_EQ(pair_path(srv), ULS_PATH_SHM);
-	CHECK_U64(atomic_load(&cli->c->me->switched), ==, 1);
-	CHECK_U64(atomic_load(&cli->c->me->switch_pos), ==, pos);
-	CHECK_U64(atomic_load(&srv->c->me->tcp_data), ==, pos);
+	CHECK_U64(atomic_load(&shm_of(cli->c)->me->switched), ==, 1);
+	CHECK_U64(atomic_load(&shm_of(cli->c)->me->switch_pos), ==, pos);
+	CHECK_U64(atomic_load(&shm_of(srv->c)->me->tcp_data), ==, pos);
 }
 
 /* A send after shutdown(SHUT_WR) fails with EPIPE (and MSG_NOSIGNAL keeps SIGPIPE away). */
@@ -154,13 +154,13 @@ static void loop_case(uint64_t seed, uint64_t pre, uint64_t total, int shut_earl
 	expect_unswitched(&cli, pre);
 	if (shut_early) {
 		CHECK_EQ(pair_shutdown(&cli, SHUT_WR), 0);
-		CHECK(atomic_load(&cli.c->me->state) & ULS_SIDE_TCP_SHUT);
+		CHECK(atomic_load(&shm_of(cli.c)->me->state) & ULS_SIDE_TCP_SHUT);
 		expect_epipe(&cli);
 	}
 
 	srv = pair_accept(lfd, 1);
 	CHECK_EQ(pair_path(&srv), ULS_PATH_SHM);
-	CHECK(atomic_load(&srv.c->me->state) & ULS_SIDE_ATTACHED);
+	CHECK(atomic_load(&shm_of(srv.c)->me->state) & ULS_SIDE_ATTACHED);
 	/* The client learns of the attach at its next call. */
 	expect_unswitched(&cli, pre);
 
@@ -170,8 +170,8 @@ static void loop_case(uint64_t seed, uint64_t pre, uint64_t total, int shut_earl
 
 	if (shut_early) {
 		CHECK_EQ(pair_path(&cli), ULS_PATH_SHM); /* it receives on the ring */
-		CHECK_U64(atomic_load(&cli.c->me->switched), ==, 0);
-		CHECK_U64(atomic_load(&srv.c->me->tcp_data), ==, pre);
+		CHECK_U64(atomic_load(&shm_of(cli.c)->me->switched), ==, 0);
+		CHECK_U64(atomic_load(&shm_of(srv.c)->me->tcp_data), ==, pre);
 	} else {
 		expect_switched(&cli, &srv, pre);
 	}
@@ -220,8 +220,8 @@ static void fork_server(uint64_t seed, struct stream *up, struct stream *down, u
 	stream_send_to(&srv, down, down->total, &rng);
 	CHECK_EQ(pair_shutdown(&srv, SHUT_WR), 0);
 	CHECK_EQ(pair_path(&srv), ULS_PATH_SHM);
-	CHECK_U64(atomic_load(&srv.c->peer->switch_pos), ==, pre);
-	CHECK_U64(atomic_load(&srv.c->me->tcp_data), ==, pre);
+	CHECK_U64(atomic_load(&shm_of(srv.c)->peer->switch_pos), ==, pre);
+	CHECK_U64(atomic_load(&shm_of(srv.c)->me->tcp_data), ==, pre);
 	CHECK_EQ(pair_close(&srv), 0);
 	_exit(CHECK_PASS);
 }
@@ -260,7 +260,7 @@ static void fork_case(uint64_t seed, uint64_t pre, uint64_t total)
 	CHECK_EQ(pair_shutdown(&cli, SHUT_WR), 0);
 	stream_recv_eof(&cli, &down, &rng);
 	CHECK_EQ(pair_path(&cli), ULS_PATH_SHM);
-	CHECK_U64(atomic_load(&cli.c->me->switch_pos), ==, pre);
+	CHECK_U64(atomic_load(&shm_of(cli.c)->me->switch_pos), ==, pre);
 	pair_reap();
 	struct end name = cli;
 	CHECK_EQ(pair_close(&cli), 0);
@@ -354,12 +354,12 @@ static void threads_case(uint64_t seed, uint64_t total, const char *profile)
 	 * stream before it saw the server attached shut down on TCP and never switched.
 	 * Otherwise it switched where the server stopped reading TCP, after its first send.
 	 */
-	if (!atomic_load(&cli.c->me->switched)) {
-		CHECK(atomic_load(&cli.c->me->state) & ULS_SIDE_TCP_SHUT);
-		CHECK_U64(atomic_load(&srv.c->me->tcp_data), ==, total);
+	if (!atomic_load(&shm_of(cli.c)->me->switched)) {
+		CHECK(atomic_load(&shm_of(cli.c)->me->state) & ULS_SIDE_TCP_SHUT);
+		CHECK_U64(atomic_load(&shm_of(srv.c)->me->tcp_data), ==, total);
 		CHECK_EQ(pair_path(&cli), ULS_PATH_SHM);
 	} else {
-		uint64_t pos = atomic_load(&cli.c->me->switch_pos);
+		uint64_t pos = atomic_load(&shm_of(cli.c)->me->switch_pos);
 		CHECK_U64(pos, >=, first);
 		expect_switched(&cli, &srv, pos);
 	}

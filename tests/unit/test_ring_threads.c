@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * One ring in process memory, a producer thread and a consumer thread, following the
- * memory ordering documented in ring.h and conn_io.c:
+ * memory ordering documented in ring.h and shm/io.c:
  *   producer: uls_ring_writable (acquires head), copy_in, store tail with release;
  *   consumer: uls_ring_readable (acquires tail), copy_out, store head with release.
  * Under ThreadSanitizer this proves the ordering is enough for the plain memcpy of ring

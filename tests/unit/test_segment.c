@@ -210,10 +210,10 @@ static void test_create_open(void)
 	/* Two mappings of one file: what one writes, the other reads. */
 	a.ring[ULS_S2C].data[s2c - 1] = 0xab;
 	atomic_store(&a.hdr->ring[ULS_C2S].prod.tail, 77);
-	atomic_store(&a.hdr->side[ULS_SERVER].pid, 4242);
+	atomic_store(&a.hdr->side[ULS_SIDE_SERVER].pid, 4242);
 	CHECK_INT(b.ring[ULS_S2C].data[s2c - 1], ==, 0xab);
 	CHECK_U64(atomic_load(&b.hdr->ring[ULS_C2S].prod.tail), ==, 77);
-	CHECK_INT(atomic_load(&b.hdr->side[ULS_SERVER].pid), ==, 4242);
+	CHECK_INT(atomic_load(&b.hdr->side[ULS_SIDE_SERVER].pid), ==, 4242);
 
 	/* The kernel's cookie must match the creator's. */
 	check_context("create/open: cookie mismatch");
@@ -794,11 +794,11 @@ static void sweep_child(void)
 	CHECK_EQ(uls_seg_create(&foreign, test_ino(15), COOKIE, SMALL, SMALL), 0);
 	foreign.hdr->id.client_pid = (uint32_t)getppid();
 	dead.hdr->id.client_pid = (uint32_t)gone;
-	atomic_store(&dead.hdr->side[ULS_CLIENT].pid, (uint32_t)gone);
-	atomic_store(&alive.hdr->side[ULS_CLIENT].pid, (uint32_t)getpid());
+	atomic_store(&dead.hdr->side[ULS_SIDE_CLIENT].pid, (uint32_t)gone);
+	atomic_store(&alive.hdr->side[ULS_SIDE_CLIENT].pid, (uint32_t)getpid());
 	server_alive.hdr->id.client_pid = (uint32_t)gone;
-	atomic_store(&server_alive.hdr->side[ULS_CLIENT].pid, (uint32_t)gone);
-	atomic_store(&server_alive.hdr->side[ULS_SERVER].pid, (uint32_t)getpid());
+	atomic_store(&server_alive.hdr->side[ULS_SIDE_CLIENT].pid, (uint32_t)gone);
+	atomic_store(&server_alive.hdr->side[ULS_SIDE_SERVER].pid, (uint32_t)getpid());
 	/* A file still being created (not even truncated yet) is left alone. */
 	uls_seg_path(junk, sizeof(junk), test_ino(13));
 	fd = open(junk, O_RDWR | O_CREAT | O_EXCL, 0600);
@@ -827,7 +827,7 @@ static void sweep_child(void)
 	/* The mapping of a swept segment stays valid. */
 	CHECK_U64(dead.hdr->id.magic, ==, ULS_SEG_MAGIC);
 	/* Once its last process is gone, a segment goes too. */
-	atomic_store(&server_alive.hdr->side[ULS_SERVER].pid, (uint32_t)gone);
+	atomic_store(&server_alive.hdr->side[ULS_SIDE_SERVER].pid, (uint32_t)gone);
 	CHECK_INT(uls_seg_sweep(), >=, 1);
 	CHECK(!path_exists(test_ino(12)));
 	CHECK(path_exists(test_ino(11)));

@@ -97,6 +97,38 @@ static void k_async(struct uls_conn *c, int fd)
 {
 }
 
+static void k_settled(struct uls_conn *c)
+{
+}
+
+static void k_closing(struct uls_conn *c, int fd)
+{
+}
+
+static int k_close(struct uls_conn *c, int fd)
+{
+	return uls_libc.close(fd);
+}
+
+static void k_wake(struct uls_conn *c)
+{
+}
+
+static void k_destroy(struct uls_conn *c)
+{
+}
+
+static int k_joined(struct uls_conn *c)
+{
+	return 0;
+}
+
+static void k_tcp_info(struct uls_conn *c, void *info, socklen_t len)
+{
+}
+
+/* Every connection starts here, so it has no set-up or process operations of its own
+ * (and is not in the transport table). */
 const struct uls_transport_ops uls_kernel_transport = {
 	.name = "kernel",
 	.send = k_send,
@@ -114,4 +146,11 @@ const struct uls_transport_ops uls_kernel_transport = {
 	.revert = k_revert,
 	.tx_to_kernel = k_tx_to_kernel,
 	.async = k_async,
+	.settled = k_settled,
+	.closing = k_closing,
+	.close = k_close,
+	.wake = k_wake,
+	.destroy = k_destroy,
+	.joined = k_joined,
+	.tcp_info = k_tcp_info,
 };

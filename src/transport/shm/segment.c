@@ -561,8 +561,8 @@ int uls_seg_sweep(void)
 		 */
 		if (pread(fd, &hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr) &&
 		    hdr.id.magic == ULS_SEG_MAGIC) {
-			if (pid_gone(hdr.id.client_pid) && pid_gone(hdr.side[ULS_CLIENT].pid) &&
-			    pid_gone(hdr.side[ULS_SERVER].pid)) {
+			if (pid_gone(hdr.id.client_pid) && pid_gone(hdr.side[ULS_SIDE_CLIENT].pid) &&
+			    pid_gone(hdr.side[ULS_SIDE_SERVER].pid)) {
 				unlink(path);
 				n++;
 			}

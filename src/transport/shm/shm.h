@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The shared-memory transport's operations (core/transport.h), declared for its table
- * (ops.c), its own code, and the interposer's direct calls of the hot ones
- * (preload/preload.h). They are implemented in core/conn_io.c and core/revert.c.
+ * (attach.c), its own code, and the interposer's direct calls of the hot ones
+ * (preload/preload.h). They are implemented in io.c, revert.c and tcpinfo.c.
  */
 #ifndef ULS_SHM_H
 #define ULS_SHM_H
@@ -13,6 +13,9 @@
 #include <sys/uio.h>
 
 struct uls_conn;
+
+/* The transport's table (attach.c), in the transport table as "shm". */
+extern const struct uls_transport_ops uls_shm_transport;
 
 ssize_t uls_shm_send(struct uls_conn *c, int fd, const struct iovec *iov, int iovcnt,
 		     int flags);
@@ -30,5 +33,6 @@ int uls_shm_atmark(struct uls_conn *c, int fd, int *out);
 int uls_shm_revert(struct uls_conn *c, int fd, int timeout_ms);
 int uls_shm_tx_to_kernel(struct uls_conn *c, int fd);
 void uls_shm_async(struct uls_conn *c, int fd);
+void uls_shm_tcp_info(struct uls_conn *c, void *info, socklen_t len);
 
 #endif

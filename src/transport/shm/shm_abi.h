@@ -57,7 +57,7 @@ struct uls_ring_shared {
 #define ULS_SEG_VERSION 3u
 #define ULS_SEG_HDR_SIZE 4096u
 
-enum { ULS_CLIENT = 0, ULS_SERVER = 1 };
+enum { ULS_SIDE_CLIENT = 0, ULS_SIDE_SERVER = 1 }; /* side[] by role (core/conn.h) */
 enum { ULS_C2S = 0, ULS_S2C = 1 };
 
 /* Side state flags. */
@@ -123,7 +123,7 @@ struct uls_side {
 
 struct uls_seg_hdr {
 	struct uls_seg_ident id;
-	struct uls_side side[2];           /* [ULS_CLIENT], [ULS_SERVER] */
+	struct uls_side side[2];           /* [ULS_SIDE_CLIENT], [ULS_SIDE_SERVER] */
 	struct uls_ring_shared ring[2];    /* [ULS_C2S], [ULS_S2C] */
 };
 
@@ -188,8 +188,8 @@ ULS_ABI_AT(struct uls_side, rx_back, 176);
 _Static_assert(sizeof(struct uls_seg_hdr) == 1024, "segment header");
 _Static_assert(sizeof(struct uls_seg_hdr) <= ULS_SEG_HDR_SIZE, "header fits its page");
 ULS_ABI_AT(struct uls_seg_hdr, id, 0);
-ULS_ABI_AT(struct uls_seg_hdr, side[ULS_CLIENT], 128);
-ULS_ABI_AT(struct uls_seg_hdr, side[ULS_SERVER], 320);
+ULS_ABI_AT(struct uls_seg_hdr, side[ULS_SIDE_CLIENT], 128);
+ULS_ABI_AT(struct uls_seg_hdr, side[ULS_SIDE_SERVER], 320);
 ULS_ABI_AT(struct uls_seg_hdr, ring[ULS_C2S], 512);
 ULS_ABI_AT(struct uls_seg_hdr, ring[ULS_S2C], 768);
 

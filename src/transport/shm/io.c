@@ -20,30 +20,32 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bell.h"
-#include "conn.h"
-#include "conn_io.h"
-#include "../transport/shm/guard.h"
-#include "config.h"
-#include "../os/cpu.h"
-#include "../os/futex.h"
-#include "../transport/shm/fence.h"
-#include "log.h"
-#include "../transport/shm/shmlock.h"
-#include "spin.h"
-#include "../os/libc.h"
+#include "shm_int.h"
+
+#include "../../core/bell.h"
+#include "../../core/config.h"
+#include "../../core/log.h"
+#include "../../core/spin.h"
+#include "../../os/cpu.h"
+#include "../../os/futex.h"
+#include "../../os/libc.h"
+#include "fence.h"
+#include "guard.h"
+#include "shmlock.h"
 
 /* The few steps every send and receive takes: inlined into each call, whatever the callers. */
 #define ULS_HOT inline __attribute__((always_inline))
 
 void uls_conn_lock(struct uls_conn *c, int which)
 {
-	uls_shmlock_acquire(&c->me->lock[which], &c->me->lock_owner[which]);
+	struct uls_shm_conn *s = shm_of(c);
+	uls_shmlock_acquire(&s->me->lock[which], &s->me->lock_owner[which]);
 }
 
 void uls_conn_unlock(struct uls_conn *c, int which)
 {
-	uls_shmlock_release(&c->me->lock[which], &c->me->lock_owner[which]);
+	struct uls_shm_conn *s = shm_of(c);
+	uls_shmlock_release(&s->me->lock[which], &s->me->lock_owner[which]);
 }
 
 /*
@@ -67,7 +69,6 @@ void uls_conn_unlock(struct uls_conn *c, int which)
  * `solo_busy` while it sleeps and looks again when it wakes. Without membarrier there is
  * no solo path.
  */
-__thread struct uls_conn *uls_solo_call __attribute__((tls_model("initial-exec")));
 static __thread int solo_dir __attribute__((tls_model("initial-exec")));
 /* The solo call found `multi` set when it woke: it holds the real lock from then on. */
 static __thread int solo_locked __attribute__((tls_model("initial-exec")));
@@ -83,32 +84,35 @@ static inline int solo_now(struct uls_conn *c, int dir)
 /* Announces a solo call on direction dir; 0 when another process joined the side. */
 static ULS_HOT int solo_claim(struct uls_conn *c, int dir)
 {
-	atomic_store_explicit(&c->me->solo_busy[dir], (uint32_t)uls_pid(), memory_order_relaxed);
+	struct uls_shm_conn *s = shm_of(c);
+	atomic_store_explicit(&s->me->solo_busy[dir], (uint32_t)uls_pid(), memory_order_relaxed);
 	atomic_signal_fence(memory_order_seq_cst);
-	if (!atomic_load_explicit(&c->me->multi, memory_order_relaxed))
+	if (!atomic_load_explicit(&s->me->multi, memory_order_relaxed))
 		return 1;
-	atomic_store_explicit(&c->me->solo_busy[dir], 0, memory_order_release);
+	atomic_store_explicit(&s->me->solo_busy[dir], 0, memory_order_release);
 	return 0;
 }
 
 static ULS_HOT void solo_unclaim(struct uls_conn *c, int dir)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	/* Release: a newcomer that sees 0 sees the ring as this call left it. */
-	atomic_store_explicit(&c->me->solo_busy[dir], 0, memory_order_release);
+	atomic_store_explicit(&s->me->solo_busy[dir], 0, memory_order_release);
 }
 
 void uls_conn_join_side(struct uls_conn *c)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	uint32_t self = (uint32_t)uls_pid();
 
-	if (!c->seg.hdr)
+	if (!s->seg.hdr)
 		return;
-	atomic_store(&c->me->multi, 1);
+	atomic_store(&s->me->multi, 1);
 	if (!uls_fence_global())
 		return; /* then no process of this side runs solo: none could register */
 	for (int dir = 0; dir < 2; dir++) {
 		for (;;) {
-			uint32_t pid = atomic_load_explicit(&c->me->solo_busy[dir],
+			uint32_t pid = atomic_load_explicit(&s->me->solo_busy[dir],
 							    memory_order_acquire);
 			if (!pid || pid == self || (kill((pid_t)pid, 0) < 0 && errno == ESRCH))
 				break;
@@ -128,8 +132,9 @@ void uls_conn_join_side(struct uls_conn *c)
  */
 static ULS_HOT int solo_begin(struct uls_conn *c, int dir)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	if (!SINGLE_THREADED() || atomic_load_explicit(&c->shared, memory_order_relaxed) ||
-	    !c->seg.hdr || !atomic_load_explicit(&uls_fence_registered, memory_order_relaxed))
+	    !s->seg.hdr || !atomic_load_explicit(&uls_fence_registered, memory_order_relaxed))
 		return 0;
 	if (uls_solo_call) /* inside a signal handler */
 		return uls_solo_call == c && solo_dir == dir ? -EINTR : 0;
@@ -147,9 +152,10 @@ static ULS_HOT int solo_begin(struct uls_conn *c, int dir)
 
 int uls_conn_trylock(struct uls_conn *c, int which)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	if (uls_solo_call == c && solo_dir == which && !solo_locked)
 		return 0;
-	return uls_shmlock_try(&c->me->lock[which], &c->me->lock_owner[which]);
+	return uls_shmlock_try(&s->me->lock[which], &s->me->lock_owner[which]);
 }
 
 static ULS_HOT void solo_end(struct uls_conn *c)
@@ -193,40 +199,46 @@ static ULS_HOT void dir_unlock(struct uls_conn *c, int which)
 
 int uls_conn_peer_attached(struct uls_conn *c)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	/* Acquire: pairs with the server's seq_cst store of ATTACHED. */
-	return atomic_load_explicit(&c->peer->state, memory_order_acquire) & ULS_SIDE_ATTACHED;
+	return atomic_load_explicit(&s->peer->state, memory_order_acquire) & ULS_SIDE_ATTACHED;
 }
 
 static int peer_declined(struct uls_conn *c)
 {
-	return atomic_load_explicit(&c->peer->state, memory_order_acquire) & ULS_SIDE_DECLINED;
+	struct uls_shm_conn *s = shm_of(c);
+	return atomic_load_explicit(&s->peer->state, memory_order_acquire) & ULS_SIDE_DECLINED;
 }
 
 /* Is every byte still to come from the peer's TCP direction a wake-up byte? */
 static int rx_token_zone(struct uls_conn *c)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	if (c->role == ULS_CLIENT)
 		return uls_conn_peer_attached(c);
-	if (!atomic_load_explicit(&c->peer->switched, memory_order_acquire))
+	if (!atomic_load_explicit(&s->peer->switched, memory_order_acquire))
 		return 0;
-	return atomic_load(&c->me->tcp_data) >= atomic_load(&c->peer->switch_pos);
+	return atomic_load(&s->me->tcp_data) >= atomic_load(&s->peer->switch_pos);
 }
 
 int uls_conn_reads_tokens(struct uls_conn *c)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	/* A reverting peer's bytes are data from tokens_closed on (uls_token_read_begin). */
-	return rx_token_zone(c) && !atomic_load(&c->me->rx_back) && !atomic_load(&c->shut_rd) &&
-	       !atomic_load(&c->peer->tokens_closed) && !atomic_load(&c->peer->tx_reverted);
+	return rx_token_zone(c) && !atomic_load(&s->me->rx_back) && !atomic_load(&c->shut_rd) &&
+	       !atomic_load(&s->peer->tokens_closed) && !atomic_load(&s->peer->tx_reverted);
 }
 
 /* May this side put wake-up bytes on its TCP direction? */
 static int can_signal(struct uls_conn *c)
 {
-	return c->role == ULS_SERVER || atomic_load_explicit(&c->me->switched, memory_order_acquire);
+	struct uls_shm_conn *s = shm_of(c);
+	return c->role == ULS_SERVER || atomic_load_explicit(&s->me->switched, memory_order_acquire);
 }
 
 int uls_conn_send_token_locked(struct uls_conn *c, int fd)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	char b = 0;
 
 	/*
@@ -235,11 +247,11 @@ int uls_conn_send_token_locked(struct uls_conn *c, int fd)
 	 * revert, after its last wake-up), so its first wake-up goes out at once: a short
 	 * connection saves the two system calls of TCP_NODELAY. Later ones need it.
 	 */
-	if (c->role != ULS_SERVER || atomic_load_explicit(&c->me->tokens_sent, memory_order_relaxed))
+	if (c->role != ULS_SERVER || atomic_load_explicit(&s->me->tokens_sent, memory_order_relaxed))
 		uls_conn_nodelay(c, fd);
 	if (uls_libc.send(uls_conn_fd(c, fd), &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1)
 		return 0;
-	atomic_fetch_add_explicit(&c->me->tokens_sent, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&s->me->tokens_sent, 1, memory_order_relaxed);
 	return 1;
 }
 
@@ -249,13 +261,14 @@ int uls_conn_send_token_locked(struct uls_conn *c, int fd)
  */
 void uls_conn_send_token(struct uls_conn *c, int fd)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	if (!can_signal(c))
 		return;
-	uls_shmlock_acquire(&c->me->token_lock, &c->me->token_owner);
-	if (!atomic_load_explicit(&c->me->tokens_closed, memory_order_relaxed) &&
-	    !atomic_load_explicit(&c->peer->tokens_refused, memory_order_relaxed))
+	uls_shmlock_acquire(&s->me->token_lock, &s->me->token_owner);
+	if (!atomic_load_explicit(&s->me->tokens_closed, memory_order_relaxed) &&
+	    !atomic_load_explicit(&s->peer->tokens_refused, memory_order_relaxed))
 		uls_conn_send_token_locked(c, fd);
-	uls_shmlock_release(&c->me->token_lock, &c->me->token_owner);
+	uls_shmlock_release(&s->me->token_lock, &s->me->token_owner);
 }
 
 /*
@@ -266,9 +279,10 @@ void uls_conn_send_token(struct uls_conn *c, int fd)
  */
 int uls_token_read_begin(struct uls_conn *c)
 {
-	atomic_fetch_add(&c->me->token_readers, 1);
-	if (atomic_load(&c->peer->tokens_closed) || atomic_load(&c->peer->tx_reverted)) {
-		atomic_fetch_sub(&c->me->token_readers, 1);
+	struct uls_shm_conn *s = shm_of(c);
+	atomic_fetch_add(&s->me->token_readers, 1);
+	if (atomic_load(&s->peer->tokens_closed) || atomic_load(&s->peer->tx_reverted)) {
+		atomic_fetch_sub(&s->me->token_readers, 1);
 		return 0;
 	}
 	return 1;
@@ -276,7 +290,8 @@ int uls_token_read_begin(struct uls_conn *c)
 
 void uls_token_read_end(struct uls_conn *c)
 {
-	atomic_fetch_sub(&c->me->token_readers, 1);
+	struct uls_shm_conn *s = shm_of(c);
+	atomic_fetch_sub(&s->me->token_readers, 1);
 }
 
 /*
@@ -343,17 +358,19 @@ static int wake_wanted(struct uls_conn *c, int fd, _Atomic uint32_t *want)
 /* Producer: after publishing tail, wake a consumer that announced it sleeps. */
 static void wake_consumer(struct uls_conn *c, int fd)
 {
-	uls_fence_light(&c->me->light_fence);
-	int asleep = wake_wanted(c, fd, &c->tx->sh->cons.want_data);
-	uls_fence_adapt(&c->me->light_fence, &c->fence_streak[TXL], asleep);
+	struct uls_shm_conn *s = shm_of(c);
+	uls_fence_light(&s->me->light_fence);
+	int asleep = wake_wanted(c, fd, &s->tx->sh->cons.want_data);
+	uls_fence_adapt(&s->me->light_fence, &s->fence_streak[TXL], asleep);
 }
 
 /* Consumer: after publishing head, wake a producer that waits for space. */
 static void wake_producer(struct uls_conn *c, int fd)
 {
-	uls_fence_light(&c->me->light_fence);
-	int asleep = wake_wanted(c, fd, &c->rx->sh->prod.want_space);
-	uls_fence_adapt(&c->me->light_fence, &c->fence_streak[RXL], asleep);
+	struct uls_shm_conn *s = shm_of(c);
+	uls_fence_light(&s->me->light_fence);
+	int asleep = wake_wanted(c, fd, &s->rx->sh->prod.want_space);
+	uls_fence_adapt(&s->me->light_fence, &s->fence_streak[RXL], asleep);
 }
 
 static void futex_kick(_Atomic uint32_t *want)
@@ -370,19 +387,21 @@ static void futex_kick(_Atomic uint32_t *want)
  */
 void uls_conn_wake_peer(struct uls_conn *c)
 {
-	if (!c->seg.hdr)
+	struct uls_shm_conn *s = shm_of(c);
+	if (!s->seg.hdr)
 		return;
-	futex_kick(&c->tx->sh->cons.want_data);
-	futex_kick(&c->rx->sh->prod.want_space);
+	futex_kick(&s->tx->sh->cons.want_data);
+	futex_kick(&s->rx->sh->prod.want_space);
 }
 
 /* The same for this process's own threads (a local close, shutdown, or the peer's end). */
 void uls_conn_wake_self(struct uls_conn *c)
 {
-	if (!c->seg.hdr)
+	struct uls_shm_conn *s = shm_of(c);
+	if (!s->seg.hdr)
 		return;
-	futex_kick(&c->rx->sh->cons.want_data);
-	futex_kick(&c->tx->sh->prod.want_space);
+	futex_kick(&s->rx->sh->cons.want_data);
+	futex_kick(&s->tx->sh->prod.want_space);
 }
 
 static void note_peer_end(struct uls_conn *c, int err)
@@ -395,27 +414,28 @@ static void note_peer_end(struct uls_conn *c, int err)
 
 void uls_shm_drain(struct uls_conn *c, int fd)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	char buf[256];
 	ssize_t n;
 
 	/* After our own SHUT_RD the kernel reports EOF on the stream: nothing to learn. */
-	if (!c->seg.hdr || !rx_token_zone(c) || atomic_load(&c->shut_rd))
+	if (!s->seg.hdr || !rx_token_zone(c) || atomic_load(&c->shut_rd))
 		return;
 	uls_revert_serve(c, fd);
 	/* Past the peer's revert point its TCP bytes are data: rx_back counts exactly. A
 	 * poller learns of them here (the kernel says readable, the ring may be empty). */
-	if (!atomic_load(&c->me->rx_back) && atomic_load(&c->peer->tx_reverted) &&
+	if (!atomic_load(&s->me->rx_back) && atomic_load(&s->peer->tx_reverted) &&
 	    uls_conn_trylock(c, RXL)) {
 		uls_revert_rx_back(c, fd);
 		uls_conn_unlock(c, RXL);
 	}
-	if (atomic_load(&c->me->rx_back) || !uls_token_read_begin(c))
+	if (atomic_load(&s->me->rx_back) || !uls_token_read_begin(c))
 		return;
 	int took = 0;
 	for (;;) {
 		n = uls_libc.recv(uls_conn_fd(c, fd), buf, sizeof(buf), MSG_DONTWAIT);
 		if (n > 0) {
-			atomic_fetch_add_explicit(&c->me->tokens_seen, (uint64_t)n,
+			atomic_fetch_add_explicit(&s->me->tokens_seen, (uint64_t)n,
 						  memory_order_relaxed);
 			took = 1;
 			if (n == (ssize_t)sizeof(buf))
@@ -438,18 +458,19 @@ void uls_shm_drain(struct uls_conn *c, int fd)
 
 int uls_shm_sleep_recv(struct uls_conn *c, int fd)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	char buf[256];
 	ssize_t n;
 
-	if (!c->seg.hdr || !rx_token_zone(c) || atomic_load(&c->shut_rd) ||
-	    atomic_load(&c->nonblock) || atomic_load(&c->peer->revert_req) ||
-	    atomic_load(&c->me->rx_back) || !uls_token_read_begin(c))
+	if (!s->seg.hdr || !rx_token_zone(c) || atomic_load(&c->shut_rd) ||
+	    atomic_load(&c->nonblock) || atomic_load(&s->peer->revert_req) ||
+	    atomic_load(&s->me->rx_back) || !uls_token_read_begin(c))
 		return 0;
 	/* The kernel applies SA_RESTART itself: an EINTR here would end the program's call. */
 	n = uls_libc.recv(uls_conn_fd(c, fd), buf, sizeof(buf), 0);
 	int err = errno;
 	if (n > 0)
-		atomic_fetch_add_explicit(&c->me->tokens_seen, (uint64_t)n, memory_order_relaxed);
+		atomic_fetch_add_explicit(&s->me->tokens_seen, (uint64_t)n, memory_order_relaxed);
 	uls_token_read_end(c);
 	errno = err;
 	if (n > 0) {
@@ -474,10 +495,11 @@ int uls_shm_sleep_recv(struct uls_conn *c, int fd)
 /* The client moves its sending direction onto the ring. Caller holds the send lock. */
 void uls_conn_client_switch(struct uls_conn *c, int fd)
 {
-	atomic_store_explicit(&c->me->switch_pos, atomic_load(&c->me->tcp_data),
+	struct uls_shm_conn *s = shm_of(c);
+	atomic_store_explicit(&s->me->switch_pos, atomic_load(&s->me->tcp_data),
 			      memory_order_relaxed);
 	/* Release: the server reads switch_pos only after it sees switched. */
-	atomic_store_explicit(&c->me->switched, 1, memory_order_seq_cst);
+	atomic_store_explicit(&s->me->switched, 1, memory_order_seq_cst);
 	atomic_store(&c->path, ULS_PATH_SHM);
 	uls_conn_log_path(c, fd);
 }
@@ -498,7 +520,8 @@ void uls_conn_broken(struct uls_conn *c, int fd, const char *what)
  */
 static inline int cut_off(struct uls_conn *c, int fd)
 {
-	if (__builtin_expect(!c->seg.hdr || !uls_guard_cut_at(c->seg.hdr), 1))
+	struct uls_shm_conn *s = shm_of(c);
+	if (__builtin_expect(!s->seg.hdr || !uls_guard_cut_at(s->seg.hdr), 1))
 		return 0;
 	uls_conn_broken(c, fd, "its segment file was truncated");
 	return 1;
@@ -532,11 +555,12 @@ static uint64_t deadline_of(uint64_t timeo_ns)
  */
 static void check_tcp_sometimes(struct uls_conn *c, int fd, uint64_t now)
 {
-	uint64_t last = atomic_load_explicit(&c->tcp_checked, memory_order_relaxed);
+	struct uls_shm_conn *s = shm_of(c);
+	uint64_t last = atomic_load_explicit(&s->tcp_checked, memory_order_relaxed);
 
 	if (now - last < TCP_CHECK_NS)
 		return;
-	atomic_store_explicit(&c->tcp_checked, now, memory_order_relaxed);
+	atomic_store_explicit(&s->tcp_checked, now, memory_order_relaxed);
 	struct pollfd p = {.fd = uls_conn_fd(c, fd), .events = POLLRDHUP};
 	if (uls_libc.poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
 		uls_shm_drain(c, fd);
@@ -575,37 +599,41 @@ static __thread int64_t rx_need __attribute__((tls_model("initial-exec"))) = 1;
 
 static int rx_ready(struct uls_conn *c)
 {
-	uint64_t head = atomic_load_explicit(&c->rx->sh->cons.head, memory_order_relaxed);
-	int64_t avail = uls_ring_readable(c->rx, head);
+	struct uls_shm_conn *s = shm_of(c);
+	uint64_t head = atomic_load_explicit(&s->rx->sh->cons.head, memory_order_relaxed);
+	int64_t avail = uls_ring_readable(s->rx, head);
 
-	return avail < 0 || avail >= rx_need || atomic_load(&c->rx->sh->prod.eof) ||
+	return avail < 0 || avail >= rx_need || atomic_load(&s->rx->sh->prod.eof) ||
 	       atomic_load(&c->peer_gone) || atomic_load(&c->broken);
 }
 
 /* POLLIN for poll and epoll: SO_RCVLOWAT bytes, or the end of the stream, or an error. */
 static int rx_poll_ready(struct uls_conn *c)
 {
-	uint64_t head = atomic_load_explicit(&c->rx->sh->cons.head, memory_order_relaxed);
-	int64_t avail = uls_ring_readable(c->rx, head);
+	struct uls_shm_conn *s = shm_of(c);
+	uint64_t head = atomic_load_explicit(&s->rx->sh->cons.head, memory_order_relaxed);
+	int64_t avail = uls_ring_readable(s->rx, head);
 	int lowat = atomic_load_explicit(&c->rcvlowat, memory_order_relaxed);
 
 	if (avail != 0 && (avail < 0 || avail >= (lowat > 1 ? lowat : 1)))
 		return 1;
-	return atomic_load(&c->rx->sh->prod.eof) || atomic_load(&c->peer_gone) ||
+	return atomic_load(&s->rx->sh->prod.eof) || atomic_load(&c->peer_gone) ||
 	       atomic_load(&c->broken);
 }
 
 static int peer_stopped_reading(struct uls_conn *c)
 {
-	return atomic_load(&c->tx->sh->cons.closed) ||
-	       (atomic_load(&c->peer->state) & ULS_SIDE_CLOSED);
+	struct uls_shm_conn *s = shm_of(c);
+	return atomic_load(&s->tx->sh->cons.closed) ||
+	       (atomic_load(&s->peer->state) & ULS_SIDE_CLOSED);
 }
 
 static int tx_ready(struct uls_conn *c)
 {
-	uint64_t tail = atomic_load_explicit(&c->tx->sh->prod.tail, memory_order_relaxed);
+	struct uls_shm_conn *s = shm_of(c);
+	uint64_t tail = atomic_load_explicit(&s->tx->sh->prod.tail, memory_order_relaxed);
 
-	return uls_ring_writable(c->tx, tail) != 0 || peer_stopped_reading(c) ||
+	return uls_ring_writable(s->tx, tail) != 0 || peer_stopped_reading(c) ||
 	       atomic_load(&c->peer_gone) || atomic_load(&c->broken);
 }
 
@@ -630,12 +658,13 @@ static int max_sleep_ms(struct uls_conn *c)
 /* Does a blocked receive (rx) or send have to look at something besides its ring? */
 static int needs_look(struct uls_conn *c, int rx)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	if (atomic_load(rx ? &c->shut_rd : &c->shut_wr) || atomic_load(&c->closed))
 		return 1;
 	/* The peer moved its sending direction back to TCP: the receiver follows it there. */
-	if (rx && atomic_load(&c->peer->tx_reverted) && !atomic_load(&c->me->rx_back))
+	if (rx && atomic_load(&s->peer->tx_reverted) && !atomic_load(&s->me->rx_back))
 		return 1;
-	return atomic_load(&c->peer->revert_req) && !atomic_load(&c->me->tx_reverted);
+	return atomic_load(&s->peer->revert_req) && !atomic_load(&s->me->tx_reverted);
 }
 
 /*
@@ -649,6 +678,7 @@ static int needs_look(struct uls_conn *c, int rx)
 static int futex_sleep(struct uls_conn *c, _Atomic uint32_t *want, uint64_t deadline, int rx,
 		       int (*ready)(struct uls_conn *))
 {
+	struct uls_shm_conn *s = shm_of(c);
 	uint64_t until = uls_now_ns() + FUTEX_WINDOW_NS;
 
 	if (deadline && deadline < until)
@@ -656,7 +686,7 @@ static int futex_sleep(struct uls_conn *c, _Atomic uint32_t *want, uint64_t dead
 	for (;;) {
 		/* A locked instruction: the full fence between the flag and the re-check. */
 		uint32_t v = atomic_fetch_or(want, ULS_WANT_FUTEX) | ULS_WANT_FUTEX;
-		int trusted = uls_fence_heavy(&c->peer->light_fence);
+		int trusted = uls_fence_heavy(&s->peer->light_fence);
 		if (ready(c) || needs_look(c, rx))
 			return 0;
 		uint64_t now = uls_now_ns();
@@ -678,14 +708,15 @@ static int futex_sleep(struct uls_conn *c, _Atomic uint32_t *want, uint64_t dead
 /* Sleeps until the receive ring may have changed. Returns 0, -EINTR or -EAGAIN. */
 static int wait_rx(struct uls_conn *c, int fd, uint64_t deadline)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	if (spin_until(c, fd, deadline, rx_ready))
 		return 0;
-	int r = futex_sleep(c, &c->rx->sh->cons.want_data, deadline, 1, rx_ready);
+	int r = futex_sleep(c, &s->rx->sh->cons.want_data, deadline, 1, rx_ready);
 	if (r != 1)
 		return r;
 	int bounded, bell = bell_join(c, &bounded);
-	atomic_fetch_or(&c->rx->sh->cons.want_data, ULS_WANT_TOKEN);
-	int bound = uls_fence_heavy(&c->peer->light_fence) ? max_sleep_ms(c) : 10;
+	atomic_fetch_or(&s->rx->sh->cons.want_data, ULS_WANT_TOKEN);
+	int bound = uls_fence_heavy(&s->peer->light_fence) ? max_sleep_ms(c) : 10;
 	if (rx_ready(c))
 		return 0;
 	return wait_rung(c, fd, deadline, 1, bound, bell, bounded);
@@ -694,14 +725,15 @@ static int wait_rx(struct uls_conn *c, int fd, uint64_t deadline)
 /* Sleeps until the send ring may have space. Returns 0, -EINTR or -EAGAIN (timeout). */
 static int wait_tx(struct uls_conn *c, int fd, uint64_t deadline, int *backoff_ms)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	if (spin_until(c, fd, deadline, tx_ready))
 		return 0;
-	int r = futex_sleep(c, &c->tx->sh->prod.want_space, deadline, 0, tx_ready);
+	int r = futex_sleep(c, &s->tx->sh->prod.want_space, deadline, 0, tx_ready);
 	if (r != 1)
 		return r;
 	int bounded, bell = bell_join(c, &bounded);
-	atomic_fetch_or(&c->tx->sh->prod.want_space, ULS_WANT_TOKEN);
-	int bound = uls_fence_heavy(&c->peer->light_fence) ? max_sleep_ms(c) : 10;
+	atomic_fetch_or(&s->tx->sh->prod.want_space, ULS_WANT_TOKEN);
+	int bound = uls_fence_heavy(&s->peer->light_fence) ? max_sleep_ms(c) : 10;
 	if (tx_ready(c))
 		return 0;
 	if (!rx_token_zone(c) || atomic_load(&c->shut_rd)) {
@@ -718,7 +750,7 @@ static int wait_tx(struct uls_conn *c, int fd, uint64_t deadline, int *backoff_m
 			return errno == EINTR && (deadline || uls_signals_interrupt()) ? -EINTR : 0;
 		if (r > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) &&
 		    !atomic_load(&c->shut_rd) &&
-		    !(atomic_load(&c->peer->state) & ULS_SIDE_TCP_SHUT))
+		    !(atomic_load(&s->peer->state) & ULS_SIDE_TCP_SHUT))
 			note_peer_end(c, 0);
 		return 0;
 	}
@@ -788,7 +820,8 @@ static ssize_t reset_reported(struct uls_conn *c, int fd)
 static ssize_t send_to_gone_peer(struct uls_conn *c, int fd, const struct iovec *iov,
 				 int iovcnt, size_t total, int flags)
 {
-	uint32_t peer_state = atomic_load(&c->peer->state);
+	struct uls_shm_conn *s = shm_of(c);
+	uint32_t peer_state = atomic_load(&s->peer->state);
 
 	if (peer_state & ULS_SIDE_RESET) {
 		if (!atomic_exchange(&c->reset_seen, 1))
@@ -832,6 +865,7 @@ static int iov_window(const struct iovec *iov, int iovcnt, size_t skip, struct i
 static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, int iovcnt,
 			 size_t total, int flags)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	int nonblock = (flags & MSG_DONTWAIT) || atomic_load(&c->nonblock), backoff = 0;
 	uint64_t deadline = deadline_of(c->sndtimeo_ns);
 	size_t done = 0;
@@ -848,11 +882,11 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 			return send_to_gone_peer(c, fd, iov, iovcnt, total, flags);
 		}
 		if (!solo_now(c, TXL))
-			c->tx_mine_ok = 0;
-		uint64_t tail = c->tx_mine_ok ? c->tx_tail_mine
-					      : atomic_load_explicit(&c->tx->sh->prod.tail,
+			s->tx_mine_ok = 0;
+		uint64_t tail = s->tx_mine_ok ? s->tx_tail_mine
+					      : atomic_load_explicit(&s->tx->sh->prod.tail,
 								     memory_order_relaxed);
-		int64_t space = uls_ring_space_cached(c->tx, tail, &c->tx_head_seen, total - done);
+		int64_t space = uls_ring_space_cached(s->tx, tail, &s->tx_head_seen, total - done);
 		if (space < 0) {
 			/* A cut mapping reads zeros, against the position this process keeps. */
 			if (!cut_off(c, fd))
@@ -861,26 +895,26 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 		}
 		if (space > 0) {
 			size_t n = total - done < (uint64_t)space ? total - done : (size_t)space;
-			uls_ring_copy_in(c->tx, tail, iov, iovcnt, done, n);
+			uls_ring_copy_in(s->tx, tail, iov, iovcnt, done, n);
 			/* Release: the consumer sees the bytes before it sees the new tail. */
-			atomic_store_explicit(&c->tx->sh->prod.tail, tail + n, memory_order_release);
+			atomic_store_explicit(&s->tx->sh->prod.tail, tail + n, memory_order_release);
 			/* Free space past the next send's line: the consumer read it a lap ago. */
 			if ((uint64_t)space - n >= ULS_RING_PREFETCH + ULS_CACHELINE)
-				uls_ring_prefetch_write(c->tx, tail + n + ULS_RING_PREFETCH);
-			c->tx_tail_mine = tail + n;
-			c->tx_mine_ok = (uint8_t)solo_now(c, TXL);
-			if (atomic_load_explicit(&c->rx_stream, memory_order_relaxed))
-				atomic_store_explicit(&c->rx_stream, 0, memory_order_relaxed);
+				uls_ring_prefetch_write(s->tx, tail + n + ULS_RING_PREFETCH);
+			s->tx_tail_mine = tail + n;
+			s->tx_mine_ok = (uint8_t)solo_now(c, TXL);
+			if (atomic_load_explicit(&s->rx_stream, memory_order_relaxed))
+				atomic_store_explicit(&s->rx_stream, 0, memory_order_relaxed);
 			done += n;
 			wake_consumer(c, fd);
 			if (done == total)
 				return (ssize_t)done;
 			continue;
 		}
-		atomic_fetch_add(&c->tx_full, 1);
+		atomic_fetch_add(&s->tx_full, 1);
 		if (cut_off(c, fd))
 			continue;
-		if (atomic_load(&c->peer->revert_req)) {
+		if (atomic_load(&s->peer->revert_req)) {
 			/* The reader stopped for good: the rest of this send goes on TCP. */
 			uls_revert_serve_locked(c, fd);
 			struct iovec tmp[64];
@@ -911,15 +945,16 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 static ssize_t conn_send(struct uls_conn *c, int fd, const struct iovec *iov, int iovcnt,
 			 int flags)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	size_t total = iov_total(iov, iovcnt);
 	ssize_t n;
 
 	if (atomic_load(&c->shut_wr))
 		return send_epipe(c, flags);
 	dir_lock(c, TXL);
-	if (atomic_load(&c->peer->revert_req))
+	if (atomic_load(&s->peer->revert_req))
 		uls_revert_serve_locked(c, fd);
-	if (atomic_load(&c->me->tx_reverted)) {
+	if (atomic_load(&s->me->tx_reverted)) {
 		/* Back on TCP: the bytes follow the resent ring bytes there. */
 		struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
 		n = uls_libc.sendmsg(uls_conn_fd(c, fd), &m, flags);
@@ -927,13 +962,13 @@ static ssize_t conn_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 		dir_unlock(c, TXL);
 		return n;
 	}
-	if (c->role == ULS_CLIENT && !atomic_load(&c->me->switched)) {
+	if (c->role == ULS_CLIENT && !atomic_load(&s->me->switched)) {
 		if (!uls_conn_peer_attached(c)) {
 			/* Not proven yet: the bytes go on TCP, where the server will read them. */
 			struct msghdr m = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
 			n = uls_libc.sendmsg(uls_conn_fd(c, fd), &m, flags);
 			if (n > 0)
-				atomic_fetch_add(&c->me->tcp_data, (uint64_t)n);
+				atomic_fetch_add(&s->me->tcp_data, (uint64_t)n);
 			n = n < 0 ? -errno : n;
 			stat_add(c->stat ? &c->stat->tx_bytes : NULL, n);
 			dir_unlock(c, TXL);
@@ -972,11 +1007,12 @@ static int iov_truncate(const struct iovec *iov, int iovcnt, size_t limit, struc
 static ssize_t tcp_recv_before_switch(struct uls_conn *c, int fd, struct msghdr *msg, int flags,
 				      size_t total, int nonblock, uint64_t deadline)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	struct iovec tmp[64];
 	struct msghdr m = *msg;
-	uint64_t have = atomic_load(&c->me->tcp_data);
-	int switched = atomic_load_explicit(&c->peer->switched, memory_order_acquire);
-	uint64_t pos = atomic_load(&c->peer->switch_pos);
+	uint64_t have = atomic_load(&s->me->tcp_data);
+	int switched = atomic_load_explicit(&s->peer->switched, memory_order_acquire);
+	uint64_t pos = atomic_load(&s->peer->switch_pos);
 	size_t limit = total;
 	ssize_t n;
 
@@ -1003,9 +1039,9 @@ static ssize_t tcp_recv_before_switch(struct uls_conn *c, int fd, struct msghdr 
 		/* A client switching now sees the flag and wakes this reader, or this side
 		 * sees the switch: never both miss (the blocking recvmsg below would wait for
 		 * TCP data that went to the ring). */
-		atomic_fetch_or(&c->rx->sh->cons.want_data, ULS_WANT_TOKEN);
-		uls_fence_heavy(&c->peer->light_fence);
-		if (atomic_load_explicit(&c->peer->switched, memory_order_acquire)) {
+		atomic_fetch_or(&s->rx->sh->cons.want_data, ULS_WANT_TOKEN);
+		uls_fence_heavy(&s->peer->light_fence);
+		if (atomic_load_explicit(&s->peer->switched, memory_order_acquire)) {
 			uls_token_read_end(c);
 			return -EALREADY;
 		}
@@ -1026,24 +1062,24 @@ static ssize_t tcp_recv_before_switch(struct uls_conn *c, int fd, struct msghdr 
 			uls_token_read_end(c);
 		errno = err;
 		/* The end of the client's TCP stream: it closed, unless it only shut down. */
-		if (n == 0 && !(atomic_load(&c->peer->state) & ULS_SIDE_TCP_SHUT))
+		if (n == 0 && !(atomic_load(&s->peer->state) & ULS_SIDE_TCP_SHUT))
 			note_peer_end(c, 0);
 		return n < 0 ? -errno : 0;
 	}
 	msg->msg_flags = m.msg_flags;
-	if (atomic_load_explicit(&c->peer->switched, memory_order_acquire)) {
+	if (atomic_load_explicit(&s->peer->switched, memory_order_acquire)) {
 		/* The switch happened during the call: what lies past it are wake-ups. */
-		uint64_t data = atomic_load(&c->peer->switch_pos) - have;
+		uint64_t data = atomic_load(&s->peer->switch_pos) - have;
 		if ((uint64_t)n > data) {
 			if (!(flags & MSG_PEEK)) {
-				atomic_fetch_add(&c->me->tokens_seen, (uint64_t)n - data);
+				atomic_fetch_add(&s->me->tokens_seen, (uint64_t)n - data);
 				tokens_taken(c);
 			}
 			n = (ssize_t)data;
 		}
 	}
 	if (!(flags & MSG_PEEK))
-		atomic_fetch_add(&c->me->tcp_data, (uint64_t)n);
+		atomic_fetch_add(&s->me->tcp_data, (uint64_t)n);
 	if (tokens)
 		uls_token_read_end(c);
 	return n > 0 ? n : -EALREADY;
@@ -1053,6 +1089,7 @@ static ssize_t tcp_recv_before_switch(struct uls_conn *c, int fd, struct msghdr 
 static ssize_t tcp_recv_pending(struct uls_conn *c, int fd, struct msghdr *msg, int flags,
 				int nonblock, uint64_t deadline)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	char sink[256];
 	ssize_t n;
 
@@ -1062,8 +1099,8 @@ static ssize_t tcp_recv_pending(struct uls_conn *c, int fd, struct msghdr *msg, 
 			return -EALREADY;
 		int bounded = 0, bell = nonblock ? -1 : bell_join(c, &bounded);
 		/* A server that attaches later must wake this reader through the ring. */
-		atomic_fetch_or(&c->rx->sh->cons.want_data, ULS_WANT_TOKEN);
-		uls_fence_heavy(&c->peer->light_fence);
+		atomic_fetch_or(&s->rx->sh->cons.want_data, ULS_WANT_TOKEN);
+		uls_fence_heavy(&s->peer->light_fence);
 		if (uls_conn_peer_attached(c))
 			return -EALREADY;
 		/* A server attaching now may send wake-ups, and then revert. */
@@ -1099,7 +1136,7 @@ static ssize_t tcp_recv_pending(struct uls_conn *c, int fd, struct msghdr *msg, 
 			n = uls_libc.recv(uls_conn_fd(c, fd), sink,
 					  (size_t)n < sizeof(sink) ? (size_t)n : sizeof(sink), MSG_DONTWAIT);
 		if (n > 0) {
-			atomic_fetch_add(&c->me->tokens_seen, (uint64_t)n);
+			atomic_fetch_add(&s->me->tokens_seen, (uint64_t)n);
 			tokens_taken(c);
 		}
 	}
@@ -1123,31 +1160,33 @@ __thread int uls_peek_raw __attribute__((tls_model("initial-exec")));
 
 static void rx_pace(struct uls_conn *c)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	uint64_t now = uls_now_ns();
-	uint64_t until = atomic_load_explicit(&c->rx_looked_ns, memory_order_relaxed) +
+	uint64_t until = atomic_load_explicit(&s->rx_looked_ns, memory_order_relaxed) +
 			 uls_cfg.rx_pace_ns;
 
 	while (now < until) {
 		uls_cpu_relax();
 		now = uls_now_ns();
 	}
-	atomic_store_explicit(&c->rx_looked_ns, now, memory_order_relaxed);
+	atomic_store_explicit(&s->rx_looked_ns, now, memory_order_relaxed);
 }
 
 /* Receives what the ring holds, waiting for something unless non-blocking. */
 static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags,
 			 size_t total, int nonblock, uint64_t deadline)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	if (!nonblock && uls_cfg.rx_pace_ns &&
-	    atomic_load_explicit(&c->rx_stream, memory_order_relaxed))
+	    atomic_load_explicit(&s->rx_stream, memory_order_relaxed))
 		rx_pace(c);
 	for (;;) {
 		if (!solo_now(c, RXL))
-			c->rx_mine_ok = 0;
-		uint64_t head = c->rx_mine_ok ? c->rx_head_mine
-					      : atomic_load_explicit(&c->rx->sh->cons.head,
+			s->rx_mine_ok = 0;
+		uint64_t head = s->rx_mine_ok ? s->rx_head_mine
+					      : atomic_load_explicit(&s->rx->sh->cons.head,
 								     memory_order_relaxed);
-		int64_t avail = uls_ring_readable(c->rx, head);
+		int64_t avail = uls_ring_readable(s->rx, head);
 		if (avail < 0) {
 			if (!cut_off(c, fd))
 				uls_conn_broken(c, fd, "producer position out of range");
@@ -1160,7 +1199,7 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 			size_t n = total < (uint64_t)avail - skip ? total : (size_t)(avail - (int64_t)skip);
 			/* MSG_TRUNC on a stream: the bytes are consumed, not copied. */
 			if (!(flags & MSG_TRUNC))
-				uls_ring_copy_out(c->rx, head + skip, msg->msg_iov, (int)msg->msg_iovlen,
+				uls_ring_copy_out(s->rx, head + skip, msg->msg_iov, (int)msg->msg_iovlen,
 						  0, n);
 			if (flags & MSG_PEEK) {
 				if (peek_off >= 0)
@@ -1172,12 +1211,12 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 			if (po > 0)
 				atomic_store(&c->peek_off, (size_t)po > n ? po - (int)n : 0);
 			/* Release: the producer may reuse the space once it sees the new head. */
-			atomic_store_explicit(&c->rx->sh->cons.head, head + n, memory_order_release);
-			c->rx_head_mine = head + n;
-			c->rx_mine_ok = (uint8_t)solo_now(c, RXL);
+			atomic_store_explicit(&s->rx->sh->cons.head, head + n, memory_order_release);
+			s->rx_head_mine = head + n;
+			s->rx_mine_ok = (uint8_t)solo_now(c, RXL);
 			uint8_t stream = (uint64_t)avail == n;
-			if (stream != atomic_load_explicit(&c->rx_stream, memory_order_relaxed))
-				atomic_store_explicit(&c->rx_stream, stream, memory_order_relaxed);
+			if (stream != atomic_load_explicit(&s->rx_stream, memory_order_relaxed))
+				atomic_store_explicit(&s->rx_stream, stream, memory_order_relaxed);
 			wake_producer(c, fd);
 			return (ssize_t)n;
 		}
@@ -1186,17 +1225,17 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 		int back = uls_revert_rx_back(c, fd);
 		if (back != 0)
 			return back < 0 ? back : -EALREADY;
-		if ((atomic_load(&c->peer->state) & ULS_SIDE_RESET) &&
+		if ((atomic_load(&s->peer->state) & ULS_SIDE_RESET) &&
 		    !atomic_exchange(&c->reset_seen, 1))
 			return reset_reported(c, fd);
-		if (atomic_load(&c->rx->sh->prod.eof) || atomic_load(&c->peer_gone)) {
+		if (atomic_load(&s->rx->sh->prod.eof) || atomic_load(&c->peer_gone)) {
 			/*
 			 * The peer published its last bytes before it set eof or closed TCP:
 			 * look at the ring once more before reporting the end of the stream.
 			 */
-			if (uls_ring_readable(c->rx, head) > (int64_t)skip)
+			if (uls_ring_readable(s->rx, head) > (int64_t)skip)
 				continue;
-			int e = atomic_load(&c->rx->sh->prod.eof) ? 0 : atomic_load(&c->peer_err);
+			int e = atomic_load(&s->rx->sh->prod.eof) ? 0 : atomic_load(&c->peer_err);
 			return e ? -e : 0;
 		}
 		if (atomic_load(&c->shut_rd))
@@ -1206,20 +1245,20 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 		if (nonblock_now(c, fd, flags, nonblock)) {
 			/* A program polling this way never sleeps on the socket: look at TCP
 			 * now and then, or a peer gone without a close would never be seen. */
-			uint64_t seen = atomic_load(&c->tcp_checked);
+			uint64_t seen = atomic_load(&s->tcp_checked);
 			check_tcp_sometimes(c, fd, uls_now_ns());
-			if (seen != atomic_load(&c->tcp_checked) &&
+			if (seen != atomic_load(&s->tcp_checked) &&
 			    (atomic_load(&c->peer_gone) ||
-			     uls_ring_readable(c->rx, head) > (int64_t)skip))
+			     uls_ring_readable(s->rx, head) > (int64_t)skip))
 				continue;
 			return -EAGAIN;
 		}
 		/* The peer may wait for this side to move its sending direction back to TCP
 		 * (revert.c): serve that before sleeping, since its wake-up may have been
 		 * consumed already and a sleeper with the request pending would not see it. */
-		if (atomic_load(&c->peer->revert_req) && !atomic_load(&c->me->tx_reverted)) {
+		if (atomic_load(&s->peer->revert_req) && !atomic_load(&s->me->tx_reverted)) {
 			uls_revert_serve(c, fd);
-			if (atomic_load(&c->me->tx_reverted))
+			if (atomic_load(&s->me->tx_reverted))
 				continue;
 		}
 		dir_unlock(c, RXL);
@@ -1251,6 +1290,7 @@ static size_t recv_target(struct uls_conn *c, int flags, size_t total)
  */
 static ssize_t conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	size_t total = iov_total(msg->msg_iov, (int)msg->msg_iovlen), done = 0;
 	int nonblock = (flags & MSG_DONTWAIT) || atomic_load(&c->nonblock);
 	size_t target = recv_target(c, flags, total);
@@ -1275,14 +1315,14 @@ static ssize_t conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 		uls_revert_serve(c, fd);
 		/* The peer moved its sending direction back to TCP: follow it once the ring
 		 * bytes before its revert point are read (at once if it never switched). */
-		if (!atomic_load(&c->me->rx_back) && atomic_load(&c->peer->tx_reverted)) {
+		if (!atomic_load(&s->me->rx_back) && atomic_load(&s->peer->tx_reverted)) {
 			int back = uls_revert_rx_back(c, fd);
 			if (back < 0) {
 				n = back;
 				break;
 			}
 		}
-		if (atomic_load(&c->me->rx_back)) {
+		if (atomic_load(&s->me->rx_back)) {
 			n = uls_libc.recvmsg(uls_conn_fd(c, fd), &m, flags);
 			n = n < 0 ? -errno : n;
 		} else if (c->role == ULS_CLIENT && !uls_conn_peer_attached(c)) {
@@ -1296,11 +1336,11 @@ static ssize_t conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 				atomic_store(&c->path, ULS_PATH_SHM);
 				uls_conn_log_path(c, fd);
 			}
-			if (c->role == ULS_CLIENT && !atomic_load(&c->me->switched) &&
+			if (c->role == ULS_CLIENT && !atomic_load(&s->me->switched) &&
 			    uls_conn_trylock(c, TXL)) {
 				/* Switch now, so this side can send wake-ups for the ring. */
-				if (!atomic_load(&c->me->switched) &&
-				    !(atomic_load(&c->me->state) & ULS_SIDE_TCP_SHUT))
+				if (!atomic_load(&s->me->switched) &&
+				    !(atomic_load(&s->me->state) & ULS_SIDE_TCP_SHUT))
 					uls_conn_client_switch(c, fd);
 				uls_conn_unlock(c, TXL);
 			}
@@ -1381,17 +1421,18 @@ ssize_t uls_shm_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags)
 
 int uls_shm_shutdown(struct uls_conn *c, int fd, int how)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
 		return -EINVAL;
 	if (how != SHUT_RD) {
 		uls_conn_lock(c, TXL);
-		if (c->role == ULS_CLIENT && !atomic_load(&c->me->switched) && uls_conn_peer_attached(c) &&
-		    !(atomic_load(&c->me->state) & ULS_SIDE_TCP_SHUT))
+		if (c->role == ULS_CLIENT && !atomic_load(&s->me->switched) && uls_conn_peer_attached(c) &&
+		    !(atomic_load(&s->me->state) & ULS_SIDE_TCP_SHUT))
 			uls_conn_client_switch(c, fd);
-		int on_tcp = atomic_load(&c->me->tx_reverted);
-		if (!on_tcp && c->role == ULS_CLIENT && !atomic_load(&c->me->switched)) {
+		int on_tcp = atomic_load(&s->me->tx_reverted);
+		if (!on_tcp && c->role == ULS_CLIENT && !atomic_load(&s->me->switched)) {
 			on_tcp = 1;
-			atomic_fetch_or(&c->me->state, ULS_SIDE_TCP_SHUT);
+			atomic_fetch_or(&s->me->state, ULS_SIDE_TCP_SHUT);
 		}
 		if (on_tcp) {
 			/* Still (or again: urgent data, a revert) on TCP: the peer reads the end
@@ -1401,7 +1442,7 @@ int uls_shm_shutdown(struct uls_conn *c, int fd, int how)
 			if (r < 0)
 				return -errno;
 		} else {
-			atomic_store(&c->tx->sh->prod.eof, 1);
+			atomic_store(&s->tx->sh->prod.eof, 1);
 			uls_conn_unlock(c, TXL);
 			atomic_thread_fence(memory_order_seq_cst);
 			uls_conn_wake_peer(c);
@@ -1411,7 +1452,7 @@ int uls_shm_shutdown(struct uls_conn *c, int fd, int how)
 	}
 	if (how != SHUT_WR) {
 		atomic_store(&c->shut_rd, 1);
-		atomic_store(&c->rx->sh->cons.closed, 1);
+		atomic_store(&s->rx->sh->cons.closed, 1);
 		wake_producer(c, fd);
 	}
 	/*
@@ -1427,18 +1468,19 @@ int uls_shm_shutdown(struct uls_conn *c, int fd, int how)
 
 int uls_shm_kernel_parts(struct uls_conn *c)
 {
-	if (atomic_load(&c->path) == ULS_PATH_KERNEL || !c->seg.hdr)
+	struct uls_shm_conn *s = shm_of(c);
+	if (atomic_load(&c->path) == ULS_PATH_KERNEL || !s->seg.hdr)
 		return ULS_KERNEL_RX | ULS_KERNEL_TX;
-	if (atomic_load(&c->me->rx_back) || atomic_load(&c->me->tx_reverted))
-		return (atomic_load(&c->me->rx_back) ? ULS_KERNEL_RX : 0) |
-		       (atomic_load(&c->me->tx_reverted) ? ULS_KERNEL_TX : 0);
+	if (atomic_load(&s->me->rx_back) || atomic_load(&s->me->tx_reverted))
+		return (atomic_load(&s->me->rx_back) ? ULS_KERNEL_RX : 0) |
+		       (atomic_load(&s->me->tx_reverted) ? ULS_KERNEL_TX : 0);
 	/*
 	 * Once both directions run on the rings, only this side's own revert or fallback
 	 * (checked above) ends it: the peer's attach and switch are for good. Caching that
 	 * keeps poll and epoll, which ask for every socket in the set on every pass, off the
 	 * peer's cache lines.
 	 */
-	if (atomic_load_explicit(&c->on_rings, memory_order_relaxed))
+	if (atomic_load_explicit(&s->on_rings, memory_order_relaxed))
 		return 0;
 	int parts;
 	if (c->role == ULS_CLIENT)
@@ -1446,18 +1488,19 @@ int uls_shm_kernel_parts(struct uls_conn *c)
 	else
 		parts = rx_token_zone(c) ? 0 : ULS_KERNEL_RX;
 	if (!parts)
-		atomic_store_explicit(&c->on_rings, 1, memory_order_relaxed);
+		atomic_store_explicit(&s->on_rings, 1, memory_order_relaxed);
 	return parts;
 }
 
 int uls_shm_ready(struct uls_conn *c, int events)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	int parts = uls_shm_kernel_parts(c), r = 0;
 
 	if (!(parts & ULS_KERNEL_RX)) {
 		if (rx_poll_ready(c))
 			r |= POLLIN;
-		if (atomic_load(&c->rx->sh->prod.eof) || atomic_load(&c->peer_gone))
+		if (atomic_load(&s->rx->sh->prod.eof) || atomic_load(&c->peer_gone))
 			r |= POLLIN | POLLRDHUP;
 		if (atomic_load(&c->peer_err) || atomic_load(&c->broken))
 			r |= POLLERR | POLLHUP;
@@ -1473,7 +1516,7 @@ int uls_shm_ready(struct uls_conn *c, int events)
 		r |= POLLERR;
 	/* A reset is an error until a call reported it (as the kernel's sk_err), a hang-up
 	 * for good. */
-	if (atomic_load(&c->peer->state) & ULS_SIDE_RESET)
+	if (atomic_load(&s->peer->state) & ULS_SIDE_RESET)
 		r |= atomic_load(&c->reset_seen) ? POLLHUP : POLLERR | POLLHUP;
 	/* Last: the reads above may be what found the segment cut. A reset, as in TCP. */
 	if (cut_off(c, c->stat ? c->stat->fd : -1))
@@ -1483,6 +1526,7 @@ int uls_shm_ready(struct uls_conn *c, int events)
 
 void uls_shm_arm(struct uls_conn *c, int events)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	int parts = uls_shm_kernel_parts(c);
 
 	/*
@@ -1490,49 +1534,51 @@ void uls_shm_arm(struct uls_conn *c, int events)
 	 * first ring write must then send a wake-up, or a sleeper waiting for TCP data would
 	 * never learn that the data moved to the ring.
 	 */
-	if ((events & POLLIN) && c->seg.hdr)
-		atomic_fetch_or(&c->rx->sh->cons.want_data, ULS_WANT_TOKEN);
+	if ((events & POLLIN) && s->seg.hdr)
+		atomic_fetch_or(&s->rx->sh->cons.want_data, ULS_WANT_TOKEN);
 	if ((events & POLLOUT) && !(parts & ULS_KERNEL_TX))
-		atomic_fetch_or(&c->tx->sh->prod.want_space, ULS_WANT_TOKEN);
-	if (c->seg.hdr)
-		uls_fence_heavy(&c->peer->light_fence);
+		atomic_fetch_or(&s->tx->sh->prod.want_space, ULS_WANT_TOKEN);
+	if (s->seg.hdr)
+		uls_fence_heavy(&s->peer->light_fence);
 	else
 		atomic_thread_fence(memory_order_seq_cst);
 }
 
 uint64_t uls_shm_gen(struct uls_conn *c, int events)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	uint64_t g = 0;
 
-	if (!c->seg.hdr)
+	if (!s->seg.hdr)
 		return 0;
 	/* New bytes, or the end of the stream however it is learned, is one edge each. */
 	if (events & POLLIN)
-		g += atomic_load(&c->rx->sh->prod.tail) * 2 +
-		     (atomic_load(&c->rx->sh->prod.eof) || atomic_load(&c->peer_gone));
+		g += atomic_load(&s->rx->sh->prod.tail) * 2 +
+		     (atomic_load(&s->rx->sh->prod.eof) || atomic_load(&c->peer_gone));
 	/* Like TCP, a writable edge follows only a send that found no room. */
 	if (events & POLLOUT)
-		g += atomic_load(&c->tx_full) << 40;
+		g += atomic_load(&s->tx_full) << 40;
 	return g;
 }
 
 int uls_shm_inq(struct uls_conn *c, int fd, int *out)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	int parts = uls_shm_kernel_parts(c);
 
 	if (parts & ULS_KERNEL_RX) {
 		int k = 0;
 		if (uls_libc.ioctl(uls_conn_fd(c, fd), FIONREAD, &k) < 0)
 			return -errno;
-		if (c->role == ULS_SERVER && atomic_load(&c->peer->switched)) {
-			uint64_t left = atomic_load(&c->peer->switch_pos) - atomic_load(&c->me->tcp_data);
+		if (c->role == ULS_SERVER && atomic_load(&s->peer->switched)) {
+			uint64_t left = atomic_load(&s->peer->switch_pos) - atomic_load(&s->me->tcp_data);
 			if ((uint64_t)k > left)
 				k = (int)left;
 		}
 		*out = k;
 		return 0;
 	}
-	int64_t a = uls_ring_readable(c->rx, atomic_load(&c->rx->sh->cons.head));
+	int64_t a = uls_ring_readable(s->rx, atomic_load(&s->rx->sh->cons.head));
 	*out = a < 0 ? 0 : (int)a;
 	return 0;
 }

@@ -12,29 +12,31 @@
 #include <string.h>
 #include <time.h>
 
-#include "conn.h"
-#include "conn_io.h"
-#include "../os/cpu.h"
-#include "../transport/shm/fence.h"
-#include "log.h"
-#include "../transport/shm/shmlock.h"
-#include "../os/libc.h"
+#include "shm_int.h"
+
+#include "../../core/log.h"
+#include "../../os/cpu.h"
+#include "../../os/libc.h"
+#include "fence.h"
+#include "shmlock.h"
 
 
 /* TCP bytes this side has put on its direction: data before its switch, and wake-ups. */
 static uint64_t tcp_sent(struct uls_conn *c)
 {
-	uint64_t n = atomic_load(&c->me->tokens_sent);
+	struct uls_shm_conn *s = shm_of(c);
+	uint64_t n = atomic_load(&s->me->tokens_sent);
 
-	return c->role == ULS_CLIENT ? n + atomic_load(&c->me->tcp_data) : n;
+	return c->role == ULS_CLIENT ? n + atomic_load(&s->me->tcp_data) : n;
 }
 
 /* TCP bytes this side has consumed from the peer's direction. */
 static uint64_t tcp_consumed(struct uls_conn *c)
 {
-	uint64_t n = atomic_load(&c->me->tokens_seen);
+	struct uls_shm_conn *s = shm_of(c);
+	uint64_t n = atomic_load(&s->me->tokens_seen);
 
-	return c->role == ULS_SERVER ? n + atomic_load(&c->me->tcp_data) : n;
+	return c->role == ULS_SERVER ? n + atomic_load(&s->me->tcp_data) : n;
 }
 
 #define REVERT_IO_MS 5000
@@ -95,13 +97,14 @@ static int discard_tcp(int fd, uint64_t len, uint64_t *done)
 
 static void maybe_all_kernel(struct uls_conn *c, int fd)
 {
-	if (atomic_load(&c->me->tx_reverted) && atomic_load(&c->me->rx_back))
+	struct uls_shm_conn *s = shm_of(c);
+	if (atomic_load(&s->me->tx_reverted) && atomic_load(&s->me->rx_back))
 		uls_conn_set_kernel(c, fd, "moved back to kernel TCP");
 }
 
 /*
  * Before this side's TCP bytes turn into data again, no call of the peer may be reading
- * them as wake-ups (conn_io.c, uls_token_read_begin): it could take the first data bytes
+ * them as wake-ups (io.c, uls_token_read_begin): it could take the first data bytes
  * for wake-ups. New reads back off once they see tokens_closed; reads already under way
  * (a sleeper blocked in recv) are woken with wake-ups that still count as such. A peer
  * that never lets its count fall (killed inside a read, or hostile) delays its own
@@ -109,20 +112,21 @@ static void maybe_all_kernel(struct uls_conn *c, int fd)
  */
 static void close_tokens(struct uls_conn *c, int fd)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	uint64_t deadline = uls_now_ns() + REVERT_IO_MS * 1000000ull, next = 0;
 
-	atomic_store(&c->me->tokens_closed, 1);
+	atomic_store(&s->me->tokens_closed, 1);
 	/* A client that never switched sent nothing but data: none is read as a wake-up. */
-	if (c->role == ULS_CLIENT && !atomic_load(&c->me->switched))
+	if (c->role == ULS_CLIENT && !atomic_load(&s->me->switched))
 		return;
-	while (atomic_load(&c->peer->token_readers) != 0) {
+	while (atomic_load(&s->peer->token_readers) != 0) {
 		uint64_t now = uls_now_ns();
 		if (now >= deadline) {
 			uls_warn("fd=%d: the peer kept reading wake-ups through a revert", fd);
 			return;
 		}
 		/* A closing peer refuses wake-ups: its reads do not block (conn.c). */
-		if (now >= next && !atomic_load(&c->peer->tokens_refused)) {
+		if (now >= next && !atomic_load(&s->peer->tokens_refused)) {
 			uls_conn_send_token_locked(c, fd);
 			next = now + 1000000u;
 		}
@@ -138,25 +142,26 @@ static void close_tokens(struct uls_conn *c, int fd)
  */
 static int tx_revert(struct uls_conn *c, int fd, uint64_t ring_end)
 {
-	uint64_t tail = atomic_load(&c->tx->sh->prod.tail);
+	struct uls_shm_conn *s = shm_of(c);
+	uint64_t tail = atomic_load(&s->tx->sh->prod.tail);
 	uint8_t buf[16384];
 
-	if (uls_ring_dist(ring_end, tail) > c->tx->size) {
+	if (uls_ring_dist(ring_end, tail) > s->tx->size) {
 		uls_conn_broken(c, fd, "ring end out of range in a revert");
 		return -EPROTO;
 	}
-	uls_shmlock_acquire(&c->me->token_lock, &c->me->token_owner);
+	uls_shmlock_acquire(&s->me->token_lock, &s->me->token_owner);
 	close_tokens(c, fd);
-	atomic_store(&c->me->revert_ring_end, ring_end);
-	atomic_store(&c->me->revert_tcp_pos, tcp_sent(c));
+	atomic_store(&s->me->revert_ring_end, ring_end);
+	atomic_store(&s->me->revert_tcp_pos, tcp_sent(c));
 	/* The consumer reads the two fields only after it sees the flag. */
-	atomic_store_explicit(&c->me->tx_reverted, 1, memory_order_seq_cst);
-	uls_shmlock_release(&c->me->token_lock, &c->me->token_owner);
+	atomic_store_explicit(&s->me->tx_reverted, 1, memory_order_seq_cst);
+	uls_shmlock_release(&s->me->token_lock, &s->me->token_owner);
 	uls_conn_wake_peer(c);
 	for (uint64_t pos = ring_end; pos != tail;) {
 		size_t n = tail - pos < sizeof(buf) ? (size_t)(tail - pos) : sizeof(buf);
 		struct iovec iov = {.iov_base = buf, .iov_len = n};
-		uls_ring_copy_out(c->tx, pos, &iov, 1, 0, n);
+		uls_ring_copy_out(s->tx, pos, &iov, 1, 0, n);
 		int r = send_all_tcp(uls_conn_fd(c, fd), buf, n);
 		if (r < 0) {
 			uls_conn_broken(c, fd, "resending ring bytes on TCP failed");
@@ -166,7 +171,7 @@ static int tx_revert(struct uls_conn *c, int fd, uint64_t ring_end)
 	}
 	/* This side had shut down writing on the ring: its end of stream moves to TCP too,
 	 * as the FIN the reader will wait for there. */
-	if (atomic_load(&c->tx->sh->prod.eof))
+	if (atomic_load(&s->tx->sh->prod.eof))
 		uls_libc.shutdown(uls_conn_fd(c, fd), SHUT_WR);
 	maybe_all_kernel(c, fd);
 	return 0;
@@ -175,15 +180,17 @@ static int tx_revert(struct uls_conn *c, int fd, uint64_t ring_end)
 /* The peer asked for this side's bytes on TCP. Caller holds the send lock. */
 void uls_revert_serve_locked(struct uls_conn *c, int fd)
 {
-	if (!atomic_load(&c->peer->revert_req) || atomic_load(&c->me->tx_reverted))
+	struct uls_shm_conn *s = shm_of(c);
+	if (!atomic_load(&s->peer->revert_req) || atomic_load(&s->me->tx_reverted))
 		return;
 	/* The peer stopped reading at its head: everything after it goes again on TCP. */
-	tx_revert(c, fd, atomic_load(&c->tx->sh->cons.head));
+	tx_revert(c, fd, atomic_load(&s->tx->sh->cons.head));
 }
 
 void uls_revert_serve(struct uls_conn *c, int fd)
 {
-	if (!atomic_load(&c->peer->revert_req) || atomic_load(&c->me->tx_reverted))
+	struct uls_shm_conn *s = shm_of(c);
+	if (!atomic_load(&s->peer->revert_req) || atomic_load(&s->me->tx_reverted))
 		return;
 	if (uls_conn_trylock(c, TXL)) {
 		uls_revert_serve_locked(c, fd);
@@ -198,40 +205,41 @@ void uls_revert_serve(struct uls_conn *c, int fd)
  */
 int uls_revert_rx_back(struct uls_conn *c, int fd)
 {
-	if (atomic_load(&c->me->rx_back))
+	struct uls_shm_conn *s = shm_of(c);
+	if (atomic_load(&s->me->rx_back))
 		return 1;
-	if (!atomic_load_explicit(&c->peer->tx_reverted, memory_order_acquire))
+	if (!atomic_load_explicit(&s->peer->tx_reverted, memory_order_acquire))
 		return 0;
 	/* A client's data from before its switch comes first on TCP: it is read as data
-	 * (conn_io.c, tcp_recv_before_switch) before anything there is skipped. */
-	if (c->role == ULS_SERVER && atomic_load(&c->peer->switched) &&
-	    atomic_load(&c->me->tcp_data) < atomic_load(&c->peer->switch_pos))
+	 * (io.c, tcp_recv_before_switch) before anything there is skipped. */
+	if (c->role == ULS_SERVER && atomic_load(&s->peer->switched) &&
+	    atomic_load(&s->me->tcp_data) < atomic_load(&s->peer->switch_pos))
 		return 0;
-	uint64_t end = atomic_load(&c->peer->revert_ring_end);
-	uint64_t head = atomic_load(&c->rx->sh->cons.head);
+	uint64_t end = atomic_load(&s->peer->revert_ring_end);
+	uint64_t head = atomic_load(&s->rx->sh->cons.head);
 	if (head != end) {
-		if (uls_ring_dist(head, end) > c->rx->size) {
+		if (uls_ring_dist(head, end) > s->rx->size) {
 			uls_conn_broken(c, fd, "ring end out of range in a revert");
 			return -ECONNRESET;
 		}
 		return 0;
 	}
 	/* A client that never switched sent nothing but data on TCP. */
-	if (c->role == ULS_SERVER && !atomic_load(&c->peer->switched)) {
-		atomic_store(&c->me->rx_back, 1);
+	if (c->role == ULS_SERVER && !atomic_load(&s->peer->switched)) {
+		atomic_store(&s->me->rx_back, 1);
 		maybe_all_kernel(c, fd);
 		return 1;
 	}
-	uint64_t pos = atomic_load(&c->peer->revert_tcp_pos), have = tcp_consumed(c), got = 0;
+	uint64_t pos = atomic_load(&s->peer->revert_tcp_pos), have = tcp_consumed(c), got = 0;
 	if (pos < have || pos - have > ((uint64_t)1 << 32)) {
 		uls_conn_broken(c, fd, "TCP position out of range in a revert");
 		return -ECONNRESET;
 	}
 	int r = discard_tcp(uls_conn_fd(c, fd), pos - have, &got);
-	atomic_fetch_add(&c->me->tokens_seen, got);
+	atomic_fetch_add(&s->me->tokens_seen, got);
 	if (r < 0)
 		return r;
-	atomic_store(&c->me->rx_back, 1);
+	atomic_store(&s->me->rx_back, 1);
 	maybe_all_kernel(c, fd);
 	return 1;
 }
@@ -245,6 +253,7 @@ int uls_revert_rx_back(struct uls_conn *c, int fd)
  */
 int uls_shm_tx_to_kernel(struct uls_conn *c, int fd)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	int r = 0;
 
 	if (!uls_conn_accelerated(c))
@@ -252,8 +261,8 @@ int uls_shm_tx_to_kernel(struct uls_conn *c, int fd)
 	if (!uls_conn_hold(c))
 		return -EBADF;
 	uls_conn_lock(c, TXL);
-	if (!atomic_load(&c->me->tx_reverted)) {
-		r = tx_revert(c, fd, atomic_load(&c->tx->sh->prod.tail));
+	if (!atomic_load(&s->me->tx_reverted)) {
+		r = tx_revert(c, fd, atomic_load(&s->tx->sh->prod.tail));
 		if (r == 0)
 			uls_info("fd=%d: urgent data: its sending direction moved back to kernel TCP",
 				 fd);
@@ -275,11 +284,12 @@ int uls_shm_tx_to_kernel(struct uls_conn *c, int fd)
  */
 static int assist_idle_peer(struct uls_conn *c, int fd)
 {
-	struct uls_side *p = c->peer;
+	struct uls_shm_conn *s = shm_of(c);
+	struct uls_side *p = s->peer;
 	int done = 0;
 
-	if (atomic_load(&c->rx->sh->prod.tail) != atomic_load(&c->rx->sh->cons.head) ||
-	    atomic_load(&c->rx->sh->prod.eof))
+	if (atomic_load(&s->rx->sh->prod.tail) != atomic_load(&s->rx->sh->cons.head) ||
+	    atomic_load(&s->rx->sh->prod.eof))
 		return 0;
 	atomic_store(&p->multi, 1);
 	uls_fence_global();
@@ -287,13 +297,13 @@ static int assist_idle_peer(struct uls_conn *c, int fd)
 	    !uls_shmlock_try(&p->lock[TXL], &p->lock_owner[TXL]))
 		return 0;
 	if (uls_shmlock_try(&p->token_lock, &p->token_owner)) {
-		uint64_t tail = atomic_load(&c->rx->sh->prod.tail);
-		if (tail == atomic_load(&c->rx->sh->cons.head) && !atomic_load(&p->tx_reverted)) {
+		uint64_t tail = atomic_load(&s->rx->sh->prod.tail);
+		if (tail == atomic_load(&s->rx->sh->cons.head) && !atomic_load(&p->tx_reverted)) {
 			/* From here the peer sends no wake-up; this side's readers of the ones
 			 * before it back off (uls_token_read_begin) or finish. */
 			atomic_store(&p->tokens_closed, 1);
 			uint64_t until = uls_now_ns() + 100000000u;
-			while (atomic_load(&c->me->token_readers) && uls_now_ns() < until)
+			while (atomic_load(&s->me->token_readers) && uls_now_ns() < until)
 				sched_yield();
 			uint64_t tcp = atomic_load(&p->tokens_sent);
 			if (c->role == ULS_SERVER)
@@ -313,14 +323,15 @@ static int assist_idle_peer(struct uls_conn *c, int fd)
 
 int uls_shm_atmark(struct uls_conn *c, int fd, int *out)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	int r = 0;
 
 	*out = 0;
 	/* Urgent data travels on TCP only, behind the ring bytes before the peer's revert
 	 * point and the wake-ups it sent before it: the mark is not reached until the ring
 	 * is read up to there (and the wake-ups are skipped, which this does). */
-	if (!atomic_load(&c->me->rx_back)) {
-		if (!atomic_load_explicit(&c->peer->tx_reverted, memory_order_acquire))
+	if (!atomic_load(&s->me->rx_back)) {
+		if (!atomic_load_explicit(&s->peer->tx_reverted, memory_order_acquire))
 			return 0;
 		if (!uls_conn_hold(c))
 			return -EBADF;
@@ -355,6 +366,7 @@ static int lock_both(struct uls_conn *c, int try)
 
 static int revert(struct uls_conn *c, int fd, int timeout_ms, int try)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	uint64_t deadline = uls_now_ns() + (uint64_t)timeout_ms * 1000000u;
 	int r = 0;
 
@@ -366,27 +378,27 @@ static int revert(struct uls_conn *c, int fd, int timeout_ms, int try)
 		uls_conn_unhold(c);
 		return -EAGAIN;
 	}
-	if (c->role == ULS_SERVER && atomic_load(&c->peer->switched) &&
-	    atomic_load(&c->me->tcp_data) < atomic_load(&c->peer->switch_pos)) {
+	if (c->role == ULS_SERVER && atomic_load(&s->peer->switched) &&
+	    atomic_load(&s->me->tcp_data) < atomic_load(&s->peer->switch_pos)) {
 		/* Unread TCP data would sit in front of wake-up bytes in the kernel's queue. */
 		r = -EBUSY;
 		goto out;
 	}
-	if (c->role == ULS_CLIENT && uls_conn_peer_attached(c) && !atomic_load(&c->me->switched) &&
-	    !(atomic_load(&c->me->state) & ULS_SIDE_TCP_SHUT))
+	if (c->role == ULS_CLIENT && uls_conn_peer_attached(c) && !atomic_load(&s->me->switched) &&
+	    !(atomic_load(&s->me->state) & ULS_SIDE_TCP_SHUT))
 		uls_conn_client_switch(c, fd);
-	atomic_store_explicit(&c->me->revert_req, 1, memory_order_seq_cst);
+	atomic_store_explicit(&s->me->revert_req, 1, memory_order_seq_cst);
 	uls_conn_wake_peer(c);
 	uls_conn_send_token(c, fd);
-	if (!atomic_load(&c->me->tx_reverted))
-		r = tx_revert(c, fd, atomic_load(&c->tx->sh->prod.tail));
+	if (!atomic_load(&s->me->tx_reverted))
+		r = tx_revert(c, fd, atomic_load(&s->tx->sh->prod.tail));
 	uls_conn_unlock(c, TXL);
 	if (r < 0)
 		goto out_rx;
 	/* A server that has not attached yet sees the request and declines (server_attach). */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (c->role == ULS_CLIENT && !uls_conn_peer_attached(c)) {
-		atomic_store(&c->me->rx_back, 1);
+		atomic_store(&s->me->rx_back, 1);
 		maybe_all_kernel(c, fd);
 		goto out_rx;
 	}
@@ -395,7 +407,7 @@ static int revert(struct uls_conn *c, int fd, int timeout_ms, int try)
 	int pfd = -1;
 	struct uls_conn *local = uls_conn_local_peer(c, &pfd);
 	uint64_t assist_at = uls_now_ns() + ASSIST_AFTER_NS;
-	while (!atomic_load_explicit(&c->peer->tx_reverted, memory_order_acquire)) {
+	while (!atomic_load_explicit(&s->peer->tx_reverted, memory_order_acquire)) {
 		struct timespec ts = {0, 1000000};
 		if (uls_now_ns() >= deadline || atomic_load(&c->broken)) {
 			r = -ETIMEDOUT;
@@ -415,7 +427,7 @@ static int revert(struct uls_conn *c, int fd, int timeout_ms, int try)
 out_rx:
 	uls_conn_unlock(c, RXL);
 	if (r == 0)
-		uls_seg_remove(&c->seg);
+		uls_seg_remove(&s->seg);
 	uls_conn_unhold(c);
 	return r;
 out:
@@ -434,6 +446,7 @@ int uls_shm_revert(struct uls_conn *c, int fd, int timeout_ms)
 
 void uls_shm_async(struct uls_conn *c, int fd)
 {
+	struct uls_shm_conn *s = shm_of(c);
 	if (!uls_conn_accelerated(c))
 		return;
 	uls_info("fd=%d: %s: the connection moves back to kernel TCP", fd, WHY_ASYNC);
@@ -441,8 +454,8 @@ void uls_shm_async(struct uls_conn *c, int fd)
 	if (r == -EBUSY) {
 		/* The client's first bytes, unread, sit in front of the wake-ups on TCP. */
 		atomic_store(&c->revert_owed, 1);
-		atomic_fetch_or(&c->rx->sh->cons.want_data, ULS_WANT_TOKEN);
-		uls_fence_heavy(&c->peer->light_fence);
+		atomic_fetch_or(&s->rx->sh->cons.want_data, ULS_WANT_TOKEN);
+		uls_fence_heavy(&s->peer->light_fence);
 		uls_dbg("fd=%d: it moves once the client's bytes from before the switch are read",
 			fd);
 	} else if (r < 0) {
@@ -453,15 +466,16 @@ void uls_shm_async(struct uls_conn *c, int fd)
 
 void uls_conn_revert_owed(struct uls_conn *c, int fd)
 {
-	if (c->role == ULS_SERVER && atomic_load(&c->peer->switched) &&
-	    atomic_load(&c->me->tcp_data) < atomic_load(&c->peer->switch_pos))
+	struct uls_shm_conn *s = shm_of(c);
+	if (c->role == ULS_SERVER && atomic_load(&s->peer->switched) &&
+	    atomic_load(&s->me->tcp_data) < atomic_load(&s->peer->switch_pos))
 		return; /* still unread: not yet */
 	if (!atomic_exchange(&c->revert_owed, 0))
 		return;
 	int r = revert(c, fd, 2000, 1);
 	if (r == -EAGAIN || r == -EBUSY) {
 		atomic_store(&c->revert_owed, 1); /* the next receive tries again */
-		atomic_fetch_or(&c->rx->sh->cons.want_data, ULS_WANT_TOKEN);
+		atomic_fetch_or(&s->rx->sh->cons.want_data, ULS_WANT_TOKEN);
 	} else if (r < 0 && r != -EBADF) { /* EBADF: closed meanwhile */
 		uls_err("fd=%d: %s, but it could not move back to kernel TCP: %s", fd, WHY_ASYNC,
 			strerror(-r));

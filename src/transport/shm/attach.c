@@ -1,0 +1,387 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A connection's life on shared memory outside its calls: the client's segment made
+ * before connect, the server's attach at accept, a process that finds the connection
+ * again (exec, SCM_RIGHTS), the last close (telling the peer, removing the segment's
+ * name), and the process-wide hooks of the transport table (core/transport.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shm_int.h"
+
+#include "../../core/config.h"
+#include "../../core/handshake.h"
+#include "../../core/log.h"
+#include "../../os/cpu.h"
+#include "../../os/libc.h"
+#include "fence.h"
+#include "guard.h"
+#include "shmlock.h"
+
+static void bind_role(struct uls_conn *c, int role)
+{
+	struct uls_shm_conn *s = shm_of(c);
+
+	c->role = role;
+	s->me = &s->seg.hdr->side[role];
+	s->peer = &s->seg.hdr->side[!role];
+	s->tx = &s->seg.ring[role == ULS_CLIENT ? ULS_C2S : ULS_S2C];
+	s->rx = &s->seg.ring[role == ULS_CLIENT ? ULS_S2C : ULS_C2S];
+	c->tp = &uls_shm_transport;
+	c->tp_id = s->seg.ino;
+	atomic_store_explicit(&s->me->pid, (uint32_t)uls_pid(), memory_order_relaxed);
+}
+
+/* A ring as large as the socket buffer the program asked for (a power of two), or the
+ * configured size. */
+static uint64_t ring_size_for(uint32_t requested)
+{
+	uint64_t size = uls_cfg.ring_size;
+
+	if (requested) {
+		size = ULS_RING_MIN;
+		while (size < requested && size < ULS_RING_MAX)
+			size <<= 1;
+	}
+	return size;
+}
+
+static enum uls_tp_answer shm_connect(struct uls_conn *c, int fd, const struct sockaddr *dst,
+				      const struct uls_conn_hints *hints, char *why, size_t wlen)
+{
+	struct uls_shm_conn *s = shm_of(c);
+	struct stat st;
+	int err;
+
+	if (!uls_addr_is_local(dst)) {
+		snprintf(why, wlen, "peer address is not on this host");
+		return ULS_TP_NOT_MINE;
+	}
+	if (fstat(fd, &st) < 0) {
+		snprintf(why, wlen, "fstat failed: %s", strerror(errno));
+		return ULS_TP_DECLINED;
+	}
+	err = uls_seg_create(&s->seg, st.st_ino, uls_sock_cookie(fd),
+			     ring_size_for(hints->sndbuf), ring_size_for(hints->rcvbuf));
+	if (err < 0) {
+		snprintf(why, wlen, "cannot create segment: %s", strerror(-err));
+		return ULS_TP_DECLINED;
+	}
+	bind_role(c, ULS_CLIENT);
+	atomic_store(&s->me->cookie, s->seg.hdr->id.client_cookie);
+	return ULS_TP_TAKEN;
+}
+
+static void shm_connect_failed(struct uls_conn *c)
+{
+	uls_seg_remove(&shm_of(c)->seg);
+}
+
+static enum uls_tp_answer shm_accept(struct uls_conn *c, int fd, char *why, size_t wlen)
+{
+	struct uls_shm_conn *s = shm_of(c);
+	const struct sockaddr *self = (struct sockaddr *)&c->local_sa;
+	const struct sockaddr *peer = (struct sockaddr *)&c->peer_sa;
+	struct uls_sockid id;
+	int err;
+
+	if (!peer->sa_family || !uls_addr_is_local(peer)) {
+		snprintf(why, wlen, "peer address is not on this host");
+		return ULS_TP_NOT_MINE;
+	}
+	err = uls_diag_lookup(peer, self, &id);
+	if (err == -ENOENT) {
+		snprintf(why, wlen, "peer socket not in this network namespace");
+		return ULS_TP_DECLINED;
+	}
+	if (err < 0) {
+		snprintf(why, wlen, "sock_diag lookup failed: %s", strerror(-err));
+		return ULS_TP_DECLINED;
+	}
+	if (!uls_config_uid_trusted(id.uid)) {
+		snprintf(why, wlen, "peer uid %u is another user (see ULSOCK_TRUST_UIDS)",
+			 (unsigned)id.uid);
+		return ULS_TP_DECLINED;
+	}
+	err = uls_seg_open_as(&s->seg, id.uid, id.ino, id.cookie);
+	if (err == -ENOENT) {
+		snprintf(why, wlen, "peer does not run ulsock");
+		return ULS_TP_DECLINED;
+	}
+	if (err < 0) {
+		snprintf(why, wlen, "peer segment rejected: %s", strerror(-err));
+		return ULS_TP_DECLINED;
+	}
+	bind_role(c, ULS_SERVER);
+	atomic_store(&s->me->cookie, uls_sock_cookie(fd));
+	/* Release: a client that sees ATTACHED sees the cookie, and every later ring write. */
+	atomic_fetch_or_explicit(&s->me->state, ULS_SIDE_ATTACHED, memory_order_seq_cst);
+	/* Both sides store, fence, then read: a client going back to TCP sees ATTACHED, or
+	 * this side sees its request and stays off the ring. The core moves the connection to
+	 * kernel TCP with this reason. */
+	if (atomic_load_explicit(&s->peer->tx_reverted, memory_order_seq_cst)) {
+		atomic_fetch_or(&s->me->state, ULS_SIDE_DECLINED);
+		snprintf(why, wlen, "peer moved back to kernel TCP before the accept");
+		return ULS_TP_DECLINED;
+	}
+	atomic_store(&c->path, ULS_PATH_SHM);
+	return ULS_TP_TAKEN;
+}
+
+/* A process that is not the first of its side: found by the segment, it joins the side. */
+static int joined_as(struct uls_conn *c, int fd, int role, int path)
+{
+	bind_role(c, role);
+	c->path = path;
+	atomic_store(&c->shared, 1);
+	uls_conn_join_side(c);
+	uls_dbg("fd=%d adopted as %s", fd, role == ULS_CLIENT ? "client" : "server");
+	return 1;
+}
+
+static int shm_adopt(struct uls_conn *c, int fd)
+{
+	struct uls_shm_conn *s = shm_of(c);
+	uint64_t cookie = uls_sock_cookie(fd);
+	struct uls_sockid id;
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		return 0;
+	/* Our own socket's inode names the segment if we are the client. */
+	if (uls_seg_open(&s->seg, st.st_ino, cookie) == 0) {
+		int attached = atomic_load(&s->seg.hdr->side[ULS_SIDE_SERVER].state) & ULS_SIDE_ATTACHED;
+		return joined_as(c, fd, ULS_CLIENT, attached ? ULS_PATH_SHM : ULS_PATH_PENDING);
+	}
+	if (uls_diag_lookup((struct sockaddr *)&c->peer_sa, (struct sockaddr *)&c->local_sa,
+			    &id) == 0 &&
+	    uls_seg_open_as(&s->seg, id.uid, id.ino, id.cookie) == 0) {
+		struct uls_side *srv = &s->seg.hdr->side[ULS_SIDE_SERVER];
+		if ((atomic_load(&srv->state) & ULS_SIDE_ATTACHED) &&
+		    atomic_load(&srv->cookie) == cookie)
+			return joined_as(c, fd, ULS_SERVER, ULS_PATH_SHM);
+		uls_seg_unmap(&s->seg);
+	}
+	return 0;
+}
+
+static void shm_settled(struct uls_conn *c)
+{
+	struct uls_shm_conn *s = shm_of(c);
+
+	/* A client whose peer will never attach has no use for its segment's name. */
+	if (c->role == ULS_CLIENT && s->seg.hdr)
+		uls_seg_remove(&s->seg);
+}
+
+/* Is the socket self -> other closed in every process? The kernel knows. */
+static int socket_gone(const struct sockaddr_storage *self, const struct sockaddr_storage *other)
+{
+	struct uls_sockid id;
+	int err = uls_diag_lookup((const struct sockaddr *)self, (const struct sockaddr *)other, &id);
+
+	return err == -ENOENT || (err == 0 && id.ino == 0);
+}
+
+/*
+ * Is the peer's last attached process still there? Then it removes the name itself when
+ * it closes, and the kernel need not be asked (a sock_diag round trip per close). A pid
+ * reused meanwhile only leaves the name to the sweep.
+ */
+static int peer_pid_alive(struct uls_conn *c)
+{
+	pid_t pid = (pid_t)atomic_load(&shm_of(c)->peer->pid);
+
+	return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+}
+
+/*
+ * The last holder of our socket closed it: tell the peer, and remove the segment's name
+ * when nobody can need it any more.
+ */
+static void release_shared(struct uls_conn *c)
+{
+	struct uls_shm_conn *s = shm_of(c);
+	uint32_t peer_state;
+	/* Kernel TCP resets a connection closed with bytes unread, as SO_LINGER {1, 0} does. */
+	int64_t unread = uls_ring_readable(s->rx, atomic_load(&s->rx->sh->cons.head));
+	int reset = atomic_load(&c->linger_reset) || unread != 0;
+
+	atomic_store(&s->tx->sh->prod.eof, 1);
+	atomic_store(&s->rx->sh->cons.closed, 1);
+	atomic_fetch_or_explicit(&s->me->state, ULS_SIDE_CLOSED | (reset ? ULS_SIDE_RESET : 0),
+				 memory_order_seq_cst);
+	peer_state = atomic_load_explicit(&s->peer->state, memory_order_seq_cst);
+	uls_conn_wake_peer(c);
+	/*
+	 * Whoever closes last removes the name. A FIN on the wake-up stream comes only from
+	 * the peer's last close; a peer that died or exec'd away without closing is caught by
+	 * its pid, or by the sweep of the next ulsock process.
+	 */
+	/*
+	 * The client owns the name (a server of another user could not remove it from the
+	 * sticky /dev/shm): it removes it when it is done. A server removes it when the
+	 * client is gone without having done so.
+	 */
+	if (c->role == ULS_CLIENT || (peer_state & ULS_SIDE_CLOSED) ||
+	    atomic_load(&c->peer_gone) ||
+	    (!peer_pid_alive(c) && socket_gone(&c->peer_sa, &c->local_sa)))
+		uls_seg_remove(&s->seg);
+}
+
+/* How long a close waits for the peer's token lock and for wake-ups in flight. */
+#define CLOSE_DRAIN_NS (100u * 1000000u)
+
+/*
+ * A close with wake-up bytes unread makes the kernel reset the connection, and the reset
+ * throws away what this side's TCP direction still holds unsent: the data a client sent
+ * before the switch, while a slow server had not read it yet (test_net_basic lost the
+ * end of it that way, once in a few hundred runs under load). Reading the wake-ups that
+ * are there is not enough: the peer may send one more just before the close. So under
+ * the peer's token lock this side says it refuses wake-ups (the peer checks under the same
+ * lock before sending one) and reads the peer's count of those it sent; then it reads
+ * them all off TCP. They are in flight for microseconds; a peer that holds its lock or
+ * never sends what it counted (hostile, or gone) costs at most CLOSE_DRAIN_NS.
+ */
+static void close_drain(struct uls_conn *c, int fd)
+{
+	struct uls_shm_conn *s = shm_of(c);
+	uint64_t deadline = uls_now_ns() + CLOSE_DRAIN_NS, sent = 0;
+	int refused;
+
+	while (!(refused = uls_shmlock_try(&s->peer->token_lock, &s->peer->token_owner)) &&
+	       uls_now_ns() < deadline)
+		sched_yield();
+	if (refused) {
+		atomic_store(&s->me->tokens_refused, 1);
+		sent = atomic_load(&s->peer->tokens_sent);
+		uls_shmlock_release(&s->peer->token_lock, &s->peer->token_owner);
+	}
+	for (;;) {
+		uls_conn_drain(c, fd);
+		if (!refused || atomic_load(&s->me->tokens_seen) >= sent ||
+		    atomic_load(&c->peer_gone) || !uls_conn_reads_tokens(c) ||
+		    uls_now_ns() >= deadline)
+			break;
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		uls_libc.poll(&p, 1, 1);
+	}
+}
+
+static void shm_closing(struct uls_conn *c, int fd)
+{
+	/* Wake-up bytes left unread make the kernel reset instead of close; but with other
+	 * holders of the socket they may be another process's wake-up: leave them. */
+	if (uls_conn_accelerated(c) && !uls_conn_maybe_shared(c))
+		close_drain(c, fd);
+	if (atomic_load(&c->path) == ULS_PATH_PENDING && c->role == ULS_CLIENT) {
+		/* The server may have attached without this side having moved a byte since. */
+		if (atomic_load(&shm_of(c)->peer->state) & ULS_SIDE_ATTACHED) {
+			atomic_store(&c->path, ULS_PATH_SHM);
+			uls_conn_log_path(c, fd);
+		} else {
+			uls_conn_set_kernel(c, fd, "peer never attached (not running ulsock?)");
+		}
+	}
+}
+
+static int shm_close(struct uls_conn *c, int fd)
+{
+	/*
+	 * Alone with the socket, this process tells the peer before its FIN can: a peer that
+	 * sees the end of the stream first would take a reset for an end. Other processes
+	 * may hold the socket (fork, SCM_RIGHTS): then the kernel is asked after the close.
+	 */
+	int alone = !uls_conn_maybe_shared(c);
+	if (alone)
+		release_shared(c);
+	int rc = uls_libc.close(fd), err = errno;
+	if (!alone && socket_gone(&c->local_sa, &c->peer_sa))
+		release_shared(c);
+	errno = err;
+	return rc;
+}
+
+static void shm_destroy(struct uls_conn *c)
+{
+	uls_seg_retire(&shm_of(c)->seg);
+}
+
+static int shm_joined(struct uls_conn *c)
+{
+	/* A process that joins this side (exec, spawn, SCM_RIGHTS, pidfd_getfd) says so in
+	 * the segment before its first call (uls_conn_join_side). */
+	return atomic_load(&shm_of(c)->me->multi) != 0;
+}
+
+/* ---- the process ---- */
+
+static void shm_process_init(void)
+{
+	uls_fence_init();
+	uls_seg_sweep();
+	/* A segment file shrunk under this process must break one connection, not kill the
+	 * process (guard.h). */
+	int err = uls_guard_install(uls_libc.sigaction);
+	if (err < 0)
+		uls_warn("no SIGBUS guard (%s): a truncated segment file kills the process",
+			 strerror(-err));
+}
+
+static void shm_idle(void)
+{
+	uls_seg_reap();
+}
+
+static int shm_sigaction(int sig, const struct sigaction *act, struct sigaction *old, int *ret)
+{
+	/* SIGBUS stays with the segment guard, which keeps the program's action itself. */
+	return sig == SIGBUS ? uls_guard_sigaction(act, old, ret) : -1;
+}
+
+const struct uls_transport_ops uls_shm_transport = {
+	.name = "shm",
+	.connect = shm_connect,
+	.connect_failed = shm_connect_failed,
+	.accept = shm_accept,
+	.adopt = shm_adopt,
+	.send = uls_shm_send,
+	.recv = uls_shm_recv,
+	.shutdown = uls_shm_shutdown,
+	.kernel_parts = uls_shm_kernel_parts,
+	.ready = uls_shm_ready,
+	.arm = uls_shm_arm,
+	.drain = uls_shm_drain,
+	.sleep_recv = uls_shm_sleep_recv,
+	.gen = uls_shm_gen,
+	.inq = uls_shm_inq,
+	.outq = uls_shm_outq,
+	.atmark = uls_shm_atmark,
+	.revert = uls_shm_revert,
+	.tx_to_kernel = uls_shm_tx_to_kernel,
+	.async = uls_shm_async,
+	.settled = shm_settled,
+	.closing = shm_closing,
+	.close = shm_close,
+	.wake = uls_conn_wake_self,
+	.destroy = shm_destroy,
+	.joined = shm_joined,
+	.tcp_info = uls_shm_tcp_info,
+	.process_init = shm_process_init,
+	.idle = shm_idle,
+	.fd_shortage = uls_seg_spare_yield,
+	.uid_changed = uls_seg_spare_drop,
+	.atfork_child = uls_seg_atfork_child,
+	.exec_begin = uls_guard_exec_begin,
+	.exec_failed = uls_guard_exec_failed,
+	.sigaction = shm_sigaction,
+};
