@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* Sockets leaving ulsock's reach: SCM_RIGHTS (handoff.h). */
+/* Sockets leaving ulsock's reach: SCM_RIGHTS, exec and posix_spawn, stdio (handoff.h). */
 #include "handoff.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,4 +130,139 @@ void uls_handoff_received(const struct msghdr *msg)
 
 	for (int i = 0; i < n; i++)
 		uls_fd_clear(fds[i]);
+}
+
+/* ---- exec and posix_spawn ---- */
+
+/* The library's own file: dladdr on one of its functions (the core is compiled into it). */
+static const char *library_path(void)
+{
+	static char path[4096];
+	Dl_info info;
+
+	if (!path[0] && dladdr((void *)library_path, &info) && info.dli_fname)
+		strncpy(path, info.dli_fname, sizeof(path) - 1);
+	return path[0] ? path : NULL;
+}
+
+static int preload_has(const char *value, const char *lib)
+{
+	const char *p = value;
+	size_t n = strlen(lib);
+
+	while (p && (p = strstr(p, lib)) != NULL) {
+		if ((p == value || p[-1] == ':' || p[-1] == ' ') &&
+		    (p[n] == '\0' || p[n] == ':' || p[n] == ' '))
+			return 1;
+		p += n;
+	}
+	return 0;
+}
+
+/*
+ * The new program will not run ulsock: move every accelerated socket it inherits back to
+ * kernel TCP first. With all, close-on-exec ones too (a posix_spawn file action may dup
+ * them into the child). Returns 0 when all could be moved.
+ */
+static int revert_inherited(int all)
+{
+	struct dirent *de;
+	DIR *d = opendir("/proc/self/fd");
+	int failed = 0;
+
+	if (!d)
+		return -1;
+	while ((de = readdir(d)) != NULL) {
+		int fd = atoi(de->d_name);
+		if (de->d_name[0] < '0' || de->d_name[0] > '9' || fd == dirfd(d))
+			continue;
+		struct uls_conn *c = uls_fd_conn(fd);
+		if (!uls_conn_accelerated(c))
+			continue;
+		int fl = uls_libc.fcntl(fd, F_GETFD);
+		if (fl < 0 || ((fl & FD_CLOEXEC) && !all))
+			continue;
+		int r = uls_conn_revert(c, fd, 2000);
+		if (r < 0) {
+			uls_warn("exec: fd=%d could not move back to kernel TCP: %s", fd, strerror(-r));
+			failed = 1;
+		}
+	}
+	closedir(d);
+	return failed ? -1 : 0;
+}
+
+char **uls_handoff_exec_env(char *const envp[], char **to_free, int all)
+{
+	const char *lib = library_path(), *old = NULL;
+	size_t n = 0, k = 0;
+	char **env, *entry;
+	int at = -1;
+
+	*to_free = NULL;
+	if (!lib || !uls_conn_any_accelerated())
+		return (char **)envp;
+	for (n = 0; envp && envp[n]; n++)
+		if (strncmp(envp[n], "LD_PRELOAD=", 11) == 0) {
+			old = envp[n] + 11;
+			at = (int)n;
+		}
+	if (old && preload_has(old, lib))
+		return (char **)envp;
+	/* The preload was dropped: go back to TCP in place, else keep the library. */
+	if (revert_inherited(all) == 0)
+		return (char **)envp;
+	env = malloc((n + 2) * sizeof(*env));
+	entry = malloc(strlen(lib) + (old ? strlen(old) : 0) + 16);
+	if (!env || !entry) {
+		free(env);
+		free(entry);
+		return (char **)envp;
+	}
+	strcpy(entry, "LD_PRELOAD=");
+	strcat(entry, lib);
+	if (old && *old) {
+		strcat(entry, ":");
+		strcat(entry, old);
+	}
+	for (k = 0; k < n; k++)
+		env[k] = (int)k == at ? entry : envp[k];
+	if (at < 0)
+		env[n++] = entry;
+	env[n] = NULL;
+	uls_warn("exec: LD_PRELOAD restored so that accelerated sockets keep working");
+	*to_free = entry;
+	return env;
+}
+
+/* ---- stdio ---- */
+
+void uls_handoff_stdio(int fd)
+{
+	struct uls_conn *c;
+
+	if (fd < 0 || fd > 2)
+		return;
+	c = uls_fd_conn(fd);
+	if (!uls_conn_accelerated(c))
+		return;
+	/* Best effort: a connection that cannot move yet (its peer's first bytes, sent
+	 * before the switch, are still unread: EBUSY) keeps working through ulsock for every
+	 * call but stdio's. */
+	int r = uls_conn_revert(c, fd, 2000);
+	if (r < 0)
+		uls_dbg("fd=%d: a standard stream, but it could not move back to kernel TCP: %s",
+			fd, strerror(-r));
+}
+
+void uls_handoff_fdopen(int fd)
+{
+	struct uls_conn *c = uls_fd_conn(fd);
+
+	if (uls_conn_accelerated(c)) {
+		int r = uls_conn_revert(c, fd, 2000);
+		if (r < 0)
+			uls_err("fdopen: fd=%d stays accelerated (%s): stdio will not see its data",
+				fd, strerror(-r));
+	}
 }

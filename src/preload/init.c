@@ -11,6 +11,7 @@
 #include "../os/ownfd.h"
 #include "../core/event.h"
 #include "../core/fdtable.h"
+#include "../core/handoff.h"
 #include "../core/log.h"
 #include "../core/stat.h"
 
@@ -51,11 +52,11 @@ static void do_init(void)
 	atomic_store_explicit(&uls_ready, 1, memory_order_release);
 	uls_dbg("loaded, profile %s", uls_profile_name(uls_cfg.profile));
 	/* A socket handed over as a standard stream (inetd, a dup2 before exec) meets stdio,
-	 * which ulsock cannot see: its connection moves back to kernel TCP (stdio.c). */
+	 * which ulsock cannot see: its connection moves back to kernel TCP (core/handoff.c). */
 	for (int fd = 0; fd <= 2 && !uls_cfg.disabled; fd++) {
 		struct stat st;
 		if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode))
-			uls_stdio_guard(fd);
+			uls_handoff_stdio(fd);
 	}
 }
 

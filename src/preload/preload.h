@@ -48,8 +48,6 @@ static inline int uls_vfork_child(void)
 	return __builtin_expect(uls_vfork_armed, 0) && uls_vfork_child_slow();
 }
 void uls_clone_init(void);
-/* A socket on descriptor 0, 1 or 2 meets stdio, which ulsock cannot see: it moves back. */
-void uls_stdio_guard(int fd);
 /* In a fork child: the per-thread pipe of splice is the parent's (splice.c). */
 void uls_splice_atfork_child(void);
 /* At the exec of a vfork child: the sockets it keeps are shared with the parent. */

@@ -23,6 +23,7 @@
 #include "../core/conn.h"
 #include "../core/event.h"
 #include "../core/fdtable.h"
+#include "../core/handoff.h"
 #include "../os/ownfd.h"
 
 static int is_tcp(int domain, int type, int protocol)
@@ -337,7 +338,7 @@ ULS_EXPORT int fcntl(int fd, int cmd, ...)
 			uls_conn_async(c, fd);
 	} else if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) {
 		dup_result(fd, r);
-		uls_stdio_guard(r);
+		uls_handoff_stdio(r);
 	}
 	return r;
 }
@@ -385,7 +386,7 @@ ULS_EXPORT int dup(int fd)
 	if (!uls_enter() || uls_vfork_child())
 		return uls_libc.dup(fd);
 	int r = dup_result(fd, uls_libc.dup(fd));
-	uls_stdio_guard(r); /* close(0); dup(sock): inetd's way onto standard input */
+	uls_handoff_stdio(r); /* close(0); dup(sock): inetd's way onto standard input */
 	return r;
 }
 
@@ -437,7 +438,7 @@ ULS_EXPORT int dup2(int oldfd, int newfd)
 	if (oldfd == newfd)
 		return r;
 	dup_result(oldfd, r);
-	uls_stdio_guard(r);
+	uls_handoff_stdio(r);
 	return r;
 }
 
@@ -450,7 +451,7 @@ ULS_EXPORT int dup3(int oldfd, int newfd, int flags)
 		before_replace(oldfd, newfd);
 	}
 	int r = dup_result(oldfd, uls_libc.dup3(oldfd, newfd, flags));
-	uls_stdio_guard(r);
+	uls_handoff_stdio(r);
 	return r;
 }
 

@@ -7,18 +7,19 @@
  * - stdio on the standard streams: a program handed a socket as its standard input or
  *   output (inetd, a daemon's dup2 before exec) reads and writes it with glibc's own
  *   read and write, which see wake-up bytes. Such a connection moves back to kernel TCP
- *   in place when the socket lands on descriptor 0, 1 or 2 (stdio_guard);
+ *   in place when the socket lands on descriptor 0, 1 or 2: the calls that put it there
+ *   (socket.c's dup family, init.c for what the program started with) call
+ *   uls_handoff_stdio (core/handoff.c);
  * - _Fork runs no fork handler, popen and system start their child with glibc's own
  *   spawn: the child may keep any socket, so each is marked as shared (the parent's
  *   close then asks the kernel whether the socket is still open elsewhere).
- * Every other stdio stream comes from fdopen, which moves the connection back itself
- * (exec.c).
+ * Every other stdio stream comes from fdopen, which moves the connection back first
+ * (exec.c, through uls_handoff_fdopen).
  */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -26,22 +27,6 @@
 #include "preload.h"
 #include "../core/conn.h"
 #include "../core/fdtable.h"
-#include "../core/log.h"
-
-void uls_stdio_guard(int fd)
-{
-	struct uls_conn *c;
-
-	if (fd < 0 || fd > 2 || !(c = uls_fd_accel(fd)))
-		return;
-	/* Best effort: a connection that cannot move yet (its peer's first bytes, sent
-	 * before the switch, are still unread: EBUSY) keeps working through ulsock for every
-	 * call but stdio's. */
-	int r = uls_conn_revert(c, fd, 2000);
-	if (r < 0)
-		uls_dbg("fd=%d: a standard stream, but it could not move back to kernel TCP: %s",
-			fd, strerror(-r));
-}
 
 /* ---- dprintf ---- */
 
