@@ -24,8 +24,9 @@ STAMP=$VENV/.requirements.sha256
 DEBIAN_PYTHON=/usr/bin/python3
 
 PACKAGES=(
-	# Build.
-	gcc libc6-dev make cmake ninja-build pkg-config git
+	# Build. libfabric-dev for its headers: the fabric transport loads libfabric.so.1
+	# (libfabric1, which it depends on) at run time, never links it.
+	gcc libc6-dev make cmake ninja-build pkg-config git libfabric-dev
 	# Sanitizer builds and libFuzzer targets.
 	clang libclang-rt-14-dev
 	# The interpreter of .venv/ (its packages come from requirements.txt, not Debian),

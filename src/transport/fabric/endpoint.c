@@ -1,0 +1,201 @@
+/* SPDX-License-Identifier: MIT */
+/* A process's fabric endpoint (endpoint.h). */
+#include "endpoint.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../os/guard.h"
+#include "../../os/libc.h"
+#include "lib.h"
+
+/*
+ * What ulsock asks of a provider: reliable datagrams with tagged messages, sends and
+ * receives in order (the header's sequence numbers check it), manual progress, one thread
+ * at a time, an address table. No memory registration mode that needs the data buffers
+ * registered (FI_MR_LOCAL) yet: the registered pools come with the data path.
+ */
+static struct fi_info *hints_for(const char *prov)
+{
+	struct fi_info *h = uls_fab.dupinfo(NULL);
+
+	if (!h)
+		return NULL;
+	h->ep_attr->type = FI_EP_RDM;
+	h->caps = FI_TAGGED;
+	h->mode = FI_CONTEXT;
+	h->tx_attr->msg_order = FI_ORDER_SAS;
+	h->rx_attr->msg_order = FI_ORDER_SAS;
+	h->domain_attr->threading = FI_THREAD_DOMAIN;
+	h->domain_attr->control_progress = FI_PROGRESS_MANUAL;
+	h->domain_attr->data_progress = FI_PROGRESS_MANUAL;
+	h->domain_attr->av_type = FI_AV_TABLE;
+	h->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	if (prov && !(h->fabric_attr->prov_name = strdup(prov))) {
+		uls_fab.freeinfo(h);
+		return NULL;
+	}
+	return h;
+}
+
+/* The completion queue, with a wait descriptor where the provider has one. */
+static int open_cq(struct uls_fab_ep *e)
+{
+	struct fi_cq_attr attr = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_FD};
+	int r = fi_cq_open(e->domain, &attr, &e->cq, NULL);
+
+	if (r == 0 && fi_control(&e->cq->fid, FI_GETWAIT, &e->wait_fd) == 0 && e->wait_fd >= 0)
+		return 0;
+	/* No descriptor to sleep on (udp;ofi_rxd, shm): a queue without a wait object. */
+	if (r == 0)
+		fi_close(&e->cq->fid);
+	e->cq = NULL;
+	e->wait_fd = -1;
+	attr.wait_obj = FI_WAIT_NONE;
+	return fi_cq_open(e->domain, &attr, &e->cq, NULL);
+}
+
+static int fail(struct uls_fab_ep *e, char *why, size_t wlen, const char *step, int r)
+{
+	snprintf(why, wlen, "%s: %s", step, uls_fab.strerror(r < 0 ? -r : r));
+	uls_fab_ep_close(e);
+	uls_inside_end();
+	return -1;
+}
+
+int uls_fab_ep_open(struct uls_fab_ep *e, const char *prov, const char *node, char *why,
+		    size_t wlen)
+{
+	struct fi_info *hints;
+	int r;
+
+	memset(e, 0, sizeof(*e));
+	e->wait_fd = -1;
+	if (uls_fab_load(why, wlen) < 0)
+		return -1;
+	uls_inside_begin();
+	hints = hints_for(prov);
+	if (!hints)
+		return fail(e, why, wlen, "fi_dupinfo", -FI_ENOMEM);
+	r = uls_fab.getinfo(ULS_FAB_VERSION, node, NULL, node ? FI_SOURCE : 0, hints, &e->info);
+	uls_fab.freeinfo(hints);
+	if (r)
+		return fail(e, why, wlen, "no provider fits (fi_getinfo)", r);
+	if ((r = uls_fab.fabric(e->info->fabric_attr, &e->fabric, NULL)))
+		return fail(e, why, wlen, "fi_fabric", r);
+	if ((r = fi_domain(e->fabric, e->info, &e->domain, NULL)))
+		return fail(e, why, wlen, "fi_domain", r);
+	if ((r = open_cq(e)))
+		return fail(e, why, wlen, "fi_cq_open", r);
+	struct fi_av_attr av = {.type = FI_AV_TABLE};
+	if ((r = fi_av_open(e->domain, &av, &e->av, NULL)))
+		return fail(e, why, wlen, "fi_av_open", r);
+	if ((r = fi_endpoint(e->domain, e->info, &e->ep, NULL)))
+		return fail(e, why, wlen, "fi_endpoint", r);
+	if ((r = fi_ep_bind(e->ep, &e->av->fid, 0)) ||
+	    (r = fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV)))
+		return fail(e, why, wlen, "fi_ep_bind", r);
+	if ((r = fi_enable(e->ep)))
+		return fail(e, why, wlen, "fi_enable", r);
+	e->addr_len = sizeof(e->addr);
+	if ((r = fi_getname(&e->ep->fid, e->addr, &e->addr_len)))
+		return fail(e, why, wlen, "fi_getname", r);
+	snprintf(e->prov, sizeof(e->prov), "%s", e->info->fabric_attr->prov_name);
+	snprintf(e->fabric_name, sizeof(e->fabric_name), "%s", e->info->fabric_attr->name);
+	uls_inside_end();
+	return 0;
+}
+
+static void close_fid(struct fid *f)
+{
+	if (f)
+		fi_close(f);
+}
+
+void uls_fab_ep_close(struct uls_fab_ep *e)
+{
+	uls_inside_begin();
+	close_fid(e->ep ? &e->ep->fid : NULL);
+	close_fid(e->av ? &e->av->fid : NULL);
+	close_fid(e->cq ? &e->cq->fid : NULL);
+	close_fid(e->domain ? &e->domain->fid : NULL);
+	close_fid(e->fabric ? &e->fabric->fid : NULL);
+	if (e->info)
+		uls_fab.freeinfo(e->info);
+	uls_inside_end();
+	memset(e, 0, sizeof(*e));
+	e->wait_fd = -1;
+}
+
+int uls_fab_ep_insert(struct uls_fab_ep *e, const void *addr, size_t len, fi_addr_t *out)
+{
+	int r;
+
+	if (len == 0 || len > ULS_FAB_ADDR_MAX)
+		return -FI_EINVAL;
+	uls_inside_begin();
+	r = fi_av_insert(e->av, addr, 1, out, 0, NULL);
+	uls_inside_end();
+	return r == 1 ? 0 : (r < 0 ? r : -FI_EINVAL);
+}
+
+ssize_t uls_fab_ep_tsend(struct uls_fab_ep *e, const void *buf, size_t len, fi_addr_t dest,
+			 uint64_t tag, struct fi_context *ctx)
+{
+	uls_inside_begin();
+	ssize_t r = fi_tsend(e->ep, buf, len, NULL, dest, tag, ctx);
+	uls_inside_end();
+	return r;
+}
+
+ssize_t uls_fab_ep_trecv(struct uls_fab_ep *e, void *buf, size_t len, fi_addr_t src,
+			 uint64_t tag, uint64_t ignore, struct fi_context *ctx)
+{
+	uls_inside_begin();
+	ssize_t r = fi_trecv(e->ep, buf, len, NULL, src, tag, ignore, ctx);
+	uls_inside_end();
+	return r;
+}
+
+ssize_t uls_fab_ep_poll(struct uls_fab_ep *e, struct fi_cq_tagged_entry *out, size_t n,
+			void **err_ctx)
+{
+	uls_inside_begin();
+	ssize_t r = fi_cq_read(e->cq, out, n);
+	if (r == -FI_EAGAIN) {
+		r = 0;
+	} else if (r == -FI_EAVAIL) {
+		struct fi_cq_err_entry err = {0};
+		if (fi_cq_readerr(e->cq, &err, 0) == 1) {
+			*err_ctx = err.op_context;
+			r = -(ssize_t)(err.err ? err.err : FI_EOTHER);
+		}
+	}
+	uls_inside_end();
+	return r;
+}
+
+int uls_fab_ep_wait(struct uls_fab_ep *e, int timeout_ms)
+{
+	struct fid *f = &e->cq->fid;
+	int r;
+
+	if (e->wait_fd < 0)
+		return -FI_ENOSYS;
+	uls_inside_begin();
+	/* The provider may hold completions the descriptor does not show: it says so here. */
+	r = fi_trywait(e->fabric, &f, 1);
+	if (r == 0) {
+		struct pollfd p = {.fd = e->wait_fd, .events = POLLIN};
+		r = uls_libc.poll(&p, 1, timeout_ms);
+		r = r < 0 ? -errno : r > 0;
+	} else if (r == -FI_EAGAIN) {
+		r = 1;
+	}
+	uls_inside_end();
+	return r;
+}

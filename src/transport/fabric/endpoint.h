@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A process's reliable-datagram endpoint on a fabric (docs/protocol.md, 9.2): one
+ * FI_EP_RDM endpoint with its address vector and one completion queue, opened with
+ * manual progress (only this process's own calls move data: no helper thread) and, where
+ * the provider offers one, a wait descriptor that a sleeper polls in the kernel.
+ *
+ * The calls return libfabric's convention (0, a count, or a negative FI_ errno) and run
+ * under the re-entry guard. One thread at a time per endpoint (FI_THREAD_DOMAIN): the
+ * caller serialises.
+ */
+#ifndef ULS_FAB_ENDPOINT_H
+#define ULS_FAB_ENDPOINT_H
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_tagged.h>
+
+#define ULS_FAB_ADDR_MAX 256
+
+struct uls_fab_ep {
+	struct fi_info *info;
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_av *av;
+	struct fid_cq *cq;
+	struct fid_ep *ep;
+	int wait_fd; /* the CQ's wait descriptor, or -1: the provider has none */
+	size_t addr_len;
+	uint8_t addr[ULS_FAB_ADDR_MAX]; /* this endpoint's address (fi_getname) */
+	char prov[32];                 /* the provider, as fi_info names it */
+	char fabric_name[64];
+};
+
+/*
+ * Opens an endpoint on provider prov ("tcp;ofi_rxm"; NULL: libfabric's first that fits)
+ * at node, an address of this host (NULL: the provider's choice). Returns 0, or -1 with
+ * why (wlen bytes); e is then closed. Loads libfabric first (lib.h).
+ */
+int uls_fab_ep_open(struct uls_fab_ep *e, const char *prov, const char *node, char *why,
+		    size_t wlen);
+/* Closes what uls_fab_ep_open opened; e may be half open or closed already. */
+void uls_fab_ep_close(struct uls_fab_ep *e);
+
+/* Adds a peer's address (len bytes) to the address vector: 0 and *out, or -FI_errno. */
+int uls_fab_ep_insert(struct uls_fab_ep *e, const void *addr, size_t len, fi_addr_t *out);
+
+/*
+ * A tagged send of len bytes from buf to dest, and a tagged receive into buf from src
+ * (FI_ADDR_UNSPEC: any) of a message whose tag matches tag outside ignore. ctx is the
+ * operation's struct fi_context, returned in its completion. -FI_EAGAIN: no room now;
+ * read completions (uls_fab_ep_poll) and try again.
+ */
+ssize_t uls_fab_ep_tsend(struct uls_fab_ep *e, const void *buf, size_t len, fi_addr_t dest,
+			 uint64_t tag, struct fi_context *ctx);
+ssize_t uls_fab_ep_trecv(struct uls_fab_ep *e, void *buf, size_t len, fi_addr_t src,
+			 uint64_t tag, uint64_t ignore, struct fi_context *ctx);
+
+/*
+ * Reads up to n completions into out, which also progresses the endpoint: the count, 0
+ * when there is none, the negative errno of an error completion (its operation's
+ * context in *err_ctx), or another -FI_errno.
+ */
+ssize_t uls_fab_ep_poll(struct uls_fab_ep *e, struct fi_cq_tagged_entry *out, size_t n,
+			void **err_ctx);
+
+/*
+ * Sleeps in the kernel until a completion may be there, at most timeout_ms (-1: no
+ * limit): 1 when one may be, 0 at the timeout, or -FI_errno. Without a wait descriptor
+ * (e->wait_fd < 0) it returns -FI_ENOSYS at once: the caller needs another wake-up.
+ */
+int uls_fab_ep_wait(struct uls_fab_ep *e, int timeout_ms);
+
+#endif

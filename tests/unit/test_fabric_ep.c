@@ -1,0 +1,251 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The fabric endpoint (src/transport/fabric/endpoint.h) on libfabric's software
+ * providers, between two processes of this host on 127.0.0.1: libfabric is mapped only
+ * once an endpoint opens; tagged messages of every size up to 64 KiB arrive whole, in
+ * order, with their tags, and a receive posted for one tag never takes another's; a
+ * receiver that sleeps on the completion queue's wait descriptor (tcp;ofi_rxm) wakes for
+ * a message, and one without a descriptor (udp;ofi_rxd) is told so and polls.
+ *
+ * usage: test_fabric_ep [PROVIDER...]   (default: tcp;ofi_rxm udp;ofi_rxd)
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "os/libc.h"
+#include "transport/fabric/endpoint.h"
+#include "transport/fabric/lib.h"
+
+#define ROUNDS 200
+#define MAX_LEN (64u << 10)
+#define TAG_DATA 0x5eed000000000000ull
+#define TAG_OTHER 0x0a7e000000000000ull
+
+/* Is a file whose name contains what mapped in this process? */
+static int mapped(const char *what)
+{
+	char line[512];
+	int found = 0;
+	FILE *f = fopen("/proc/self/maps", "r");
+
+	CHECK(f != NULL);
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, what) != NULL;
+	fclose(f);
+	return found;
+}
+
+/* Length and contents of message i: every size class, each byte a function of (i, k). */
+static size_t len_of(unsigned i)
+{
+	static const size_t sizes[] = {1, 7, 64, 100, 1000, 4096, 8191, 16384, 40000, MAX_LEN};
+	return sizes[i % (sizeof(sizes) / sizeof(sizes[0]))];
+}
+
+static void fill(uint8_t *p, size_t n, unsigned i)
+{
+	for (size_t k = 0; k < n; k++)
+		p[k] = (uint8_t)(i * 131 + k * 7 + (k >> 8));
+}
+
+/* Waits for the next completion: asleep on the wait descriptor where there is one. */
+static void next_completion(struct uls_fab_ep *e, struct fi_cq_tagged_entry *c, int *slept)
+{
+	void *err_ctx = NULL;
+
+	for (;;) {
+		ssize_t r = uls_fab_ep_poll(e, c, 1, &err_ctx);
+		if (r == 1)
+			return;
+		if (r < 0)
+			check_context("completion error %zd: %s", r, uls_fab_err((int)r));
+		CHECK_INT(r, ==, 0);
+		int w = uls_fab_ep_wait(e, 5000);
+		if (e->wait_fd >= 0) {
+			CHECK_INT(w, >=, 0);
+			*slept += w == 1;
+		} else {
+			CHECK_INT(w, ==, -FI_ENOSYS);
+		}
+	}
+}
+
+static void send_all(struct uls_fab_ep *e, const void *buf, size_t len, fi_addr_t to,
+		     uint64_t tag)
+{
+	struct fi_context ctx;
+	struct fi_cq_tagged_entry c;
+	ssize_t r;
+	int slept = 0;
+
+	while ((r = uls_fab_ep_tsend(e, buf, len, to, tag, &ctx)) == -FI_EAGAIN) {
+		void *err_ctx;
+		CHECK(uls_fab_ep_poll(e, &c, 1, &err_ctx) >= 0);
+	}
+	CHECK_INT(r, ==, 0);
+	/* The send's own completion: the buffer is free again. */
+	for (;;) {
+		next_completion(e, &c, &slept);
+		if (c.op_context == &ctx)
+			break;
+	}
+	CHECK(c.flags & FI_SEND);
+}
+
+/* Receives one message of tag into buf, which must be exactly want bytes. */
+static void recv_one(struct uls_fab_ep *e, uint8_t *buf, size_t want, uint64_t tag,
+		     int *slept)
+{
+	struct fi_context ctx;
+	struct fi_cq_tagged_entry c;
+	ssize_t r;
+
+	while ((r = uls_fab_ep_trecv(e, buf, MAX_LEN, FI_ADDR_UNSPEC, tag, 0, &ctx)) ==
+	       -FI_EAGAIN) {
+		void *err_ctx;
+		CHECK(uls_fab_ep_poll(e, &c, 1, &err_ctx) >= 0);
+	}
+	CHECK_INT(r, ==, 0);
+	next_completion(e, &c, slept);
+	CHECK(c.op_context == &ctx);
+	CHECK(c.flags & FI_RECV);
+	CHECK_U64(c.tag, ==, tag);
+	CHECK_U64(c.len, ==, want);
+}
+
+/* The two processes swap endpoint addresses over a socket pair and add each other. */
+static fi_addr_t meet(struct uls_fab_ep *e, int sock)
+{
+	uint8_t peer[ULS_FAB_ADDR_MAX];
+	uint64_t n = e->addr_len;
+	fi_addr_t a;
+
+	CHECK_INT(write(sock, &n, sizeof(n)), ==, (int)sizeof(n));
+	CHECK_INT(write(sock, e->addr, e->addr_len), ==, (int)e->addr_len);
+	CHECK_INT(read(sock, &n, sizeof(n)), ==, (int)sizeof(n));
+	CHECK_U64(n, <=, sizeof(peer));
+	CHECK_INT(read(sock, peer, n), ==, (int)n);
+	CHECK_EQ(uls_fab_ep_insert(e, peer, n, &a), 0);
+	return a;
+}
+
+/* The child: sends ROUNDS messages, each preceded by one of another tag, then waits for
+ * the parent's answer. */
+static void sender(const char *prov, int sock)
+{
+	struct uls_fab_ep e;
+	char why[160];
+	uint8_t *buf = malloc(MAX_LEN);
+	int slept = 0;
+
+	CHECK(buf != NULL);
+	if (uls_fab_ep_open(&e, prov, "127.0.0.1", why, sizeof(why)) < 0)
+		check_context("child: %s", why);
+	CHECK(e.ep != NULL);
+	fi_addr_t parent = meet(&e, sock);
+	for (unsigned i = 0; i < ROUNDS; i++) {
+		size_t n = len_of(i);
+		fill(buf, 16, i + 100000);
+		send_all(&e, buf, 16, parent, TAG_OTHER | i);
+		fill(buf, n, i);
+		send_all(&e, buf, n, parent, TAG_DATA | i);
+	}
+	recv_one(&e, buf, 5, TAG_DATA, &slept);
+	CHECK_MEM(buf, "done!", 5);
+	uls_fab_ep_close(&e);
+	free(buf);
+	exit(0);
+}
+
+static void run(const char *prov)
+{
+	struct uls_fab_ep e;
+	char why[160];
+	int sv[2], status, slept = 0;
+	uint8_t *buf = malloc(MAX_LEN), *want = malloc(MAX_LEN), *other = malloc(16);
+
+	CHECK(buf && want && other);
+	CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	/* Two processes as two programs would be: each loads libfabric for itself. */
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		close(sv[0]);
+		sender(prov, sv[1]);
+	}
+	close(sv[1]);
+	if (uls_fab_ep_open(&e, prov, "127.0.0.1", why, sizeof(why)) < 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		if (strstr(why, "no provider fits"))
+			CHECK_SKIP("provider %s: %s", prov, why);
+		check_context("parent: %s", why);
+		CHECK(!"uls_fab_ep_open");
+	}
+	CHECK(uls_fab_loaded());
+	CHECK(mapped("libfabric"));
+	CHECK(strstr(prov, e.prov) != NULL || strstr(e.prov, prov) != NULL);
+	printf("%s: provider %s, fabric %s, wait fd %d, address %zu bytes\n", prov, e.prov,
+	       e.fabric_name, e.wait_fd, e.addr_len);
+	fi_addr_t child = meet(&e, sv[0]);
+	/*
+	 * Receives only of TAG_DATA | i, in order: each message of the other tag sent before
+	 * it must wait for its own receive (posted after), never satisfy this one.
+	 */
+	for (unsigned i = 0; i < ROUNDS; i++) {
+		size_t n = len_of(i);
+		recv_one(&e, buf, n, TAG_DATA | i, &slept);
+		fill(want, n, i);
+		CHECK_MEM(buf, want, n);
+		recv_one(&e, other, 16, TAG_OTHER | i, &slept);
+		fill(want, 16, i + 100000);
+		CHECK_MEM(other, want, 16);
+	}
+	send_all(&e, "done!", 5, child, TAG_DATA);
+	CHECK_EQ(waitpid(pid, &status, 0), pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	if (e.wait_fd >= 0)
+		CHECK_INT(slept, >, 0); /* the receiver did sleep in the kernel and was woken */
+	printf("%s: %d messages, slept on the wait fd %d times\n", prov, 2 * ROUNDS, slept);
+	uls_fab_ep_close(&e);
+	close(sv[0]);
+	free(buf);
+	free(want);
+	free(other);
+}
+
+int main(int argc, char **argv)
+{
+	static const char *defaults[] = {"tcp;ofi_rxm", "udp;ofi_rxd"};
+	const char **provs = argc > 1 ? (const char **)argv + 1 : defaults;
+	int n = argc > 1 ? argc - 1 : 2;
+
+	/* Nothing has loaded libfabric: only an endpoint does (a process that never makes an
+	 * inter-host connection never maps it), checked in each run's process. */
+	uls_libc_init();
+	for (int i = 0; i < n; i++) {
+		/* Each provider in a process of its own, which has not loaded libfabric. */
+		int status;
+		pid_t pid = fork();
+		CHECK(pid >= 0);
+		if (pid == 0) {
+			CHECK(!uls_fab_loaded());
+			CHECK(!mapped("libfabric"));
+			run(provs[i]);
+			exit(CHECK_PASS);
+		}
+		CHECK_EQ(waitpid(pid, &status, 0), pid);
+		CHECK(WIFEXITED(status));
+		if (WEXITSTATUS(status) == CHECK_SKIPPED)
+			printf("%s: skipped\n", provs[i]);
+		else
+			CHECK_INT(WEXITSTATUS(status), ==, CHECK_PASS);
+	}
+	return CHECK_PASS;
+}
