@@ -172,9 +172,8 @@ static void run(const char *prov)
 	struct uls_fab_ep e;
 	char why[160];
 	int sv[2], status, slept = 0;
-	uint8_t *buf = malloc(MAX_LEN), *want = malloc(MAX_LEN), *other = malloc(16);
+	uint8_t *buf, *want, *other;
 
-	CHECK(buf && want && other);
 	CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
 	/* Two processes as two programs would be: each loads libfabric for itself. */
 	pid_t pid = fork();
@@ -185,9 +184,16 @@ static void run(const char *prov)
 		sender(prov, sv[1]);
 	}
 	close(sv[1]);
+	buf = malloc(MAX_LEN);
+	want = malloc(MAX_LEN);
+	other = malloc(16);
+	CHECK(buf && want && other);
 	if (uls_fab_ep_open(&e, prov, "127.0.0.1", why, sizeof(why)) < 0) {
 		kill(pid, SIGKILL);
 		waitpid(pid, NULL, 0);
+		free(buf);
+		free(want);
+		free(other);
 		if (strstr(why, "no provider fits"))
 			CHECK_SKIP("provider %s: %s", prov, why);
 		check_context("parent: %s", why);
