@@ -5,7 +5,10 @@
  * once an endpoint opens; tagged messages of every size up to 64 KiB arrive whole, in
  * order, with their tags, and a receive posted for one tag never takes another's; a
  * receiver that sleeps on the completion queue's wait descriptor (tcp;ofi_rxm) wakes for
- * a message, and one without a descriptor (udp;ofi_rxd) is told so and polls.
+ * a message, and one without a descriptor (udp;ofi_rxd) is told so and polls. Messages
+ * travel from and into the slots of registered pools (pool.h), whose rules are checked
+ * too: every slot once, none twice, a double or foreign give-back refused, within the
+ * memlock budget.
  *
  * usage: test_fabric_ep [PROVIDER...]   (default: tcp;ofi_rxm udp;ofi_rxd)
  */
@@ -15,6 +18,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,6 +27,7 @@
 #include "os/libc.h"
 #include "transport/fabric/endpoint.h"
 #include "transport/fabric/lib.h"
+#include "transport/fabric/pool.h"
 
 #define ROUNDS 200
 #define MAX_LEN (64u << 10)
@@ -80,15 +85,20 @@ static void next_completion(struct uls_fab_ep *e, struct fi_cq_tagged_entry *c, 
 	}
 }
 
-static void send_all(struct uls_fab_ep *e, const void *buf, size_t len, fi_addr_t to,
-		     uint64_t tag)
+/* Sends len bytes of data from a slot of tx, and waits until the slot is free again. */
+static void send_all(struct uls_fab_ep *e, struct uls_fab_pool *tx, const void *data,
+		     size_t len, fi_addr_t to, uint64_t tag)
 {
 	struct fi_context ctx;
 	struct fi_cq_tagged_entry c;
 	ssize_t r;
 	int slept = 0;
+	uint32_t idx;
+	void *buf = uls_fab_pool_get(tx, &idx);
 
-	while ((r = uls_fab_ep_tsend(e, buf, len, to, tag, &ctx)) == -FI_EAGAIN) {
+	CHECK(buf != NULL);
+	memcpy(buf, data, len);
+	while ((r = uls_fab_ep_tsend(e, buf, len, tx->desc, to, tag, &ctx)) == -FI_EAGAIN) {
 		void *err_ctx;
 		CHECK(uls_fab_ep_poll(e, &c, 1, &err_ctx) >= 0);
 	}
@@ -100,18 +110,23 @@ static void send_all(struct uls_fab_ep *e, const void *buf, size_t len, fi_addr_
 			break;
 	}
 	CHECK(c.flags & FI_SEND);
+	CHECK_EQ(uls_fab_pool_put(tx, idx), 0);
 }
 
-/* Receives one message of tag into buf, which must be exactly want bytes. */
-static void recv_one(struct uls_fab_ep *e, uint8_t *buf, size_t want, uint64_t tag,
-		     int *slept)
+/* Receives one message of tag into a slot of rx, which must be exactly want bytes, and
+ * copies it to buf. */
+static void recv_one(struct uls_fab_ep *e, struct uls_fab_pool *rx, uint8_t *buf, size_t want,
+		     uint64_t tag, int *slept)
 {
 	struct fi_context ctx;
 	struct fi_cq_tagged_entry c;
 	ssize_t r;
+	uint32_t idx;
+	uint8_t *slot = uls_fab_pool_get(rx, &idx);
 
-	while ((r = uls_fab_ep_trecv(e, buf, MAX_LEN, FI_ADDR_UNSPEC, tag, 0, &ctx)) ==
-	       -FI_EAGAIN) {
+	CHECK(slot != NULL);
+	while ((r = uls_fab_ep_trecv(e, slot, rx->slot_size, rx->desc, FI_ADDR_UNSPEC, tag, 0,
+				     &ctx)) == -FI_EAGAIN) {
 		void *err_ctx;
 		CHECK(uls_fab_ep_poll(e, &c, 1, &err_ctx) >= 0);
 	}
@@ -121,6 +136,65 @@ static void recv_one(struct uls_fab_ep *e, uint8_t *buf, size_t want, uint64_t t
 	CHECK(c.flags & FI_RECV);
 	CHECK_U64(c.tag, ==, tag);
 	CHECK_U64(c.len, ==, want);
+	CHECK(c.buf == NULL || c.buf == slot);
+	memcpy(buf, slot, want);
+	CHECK_EQ(uls_fab_pool_put(rx, idx), 0);
+}
+
+/* A pool of both kinds for e, one slot as large as the largest message. */
+static void pools_open(struct uls_fab_ep *e, struct uls_fab_pool *tx, struct uls_fab_pool *rx)
+{
+	char why[160];
+
+	if (uls_fab_pool_open(tx, e, MAX_LEN, 2, FI_SEND, why, sizeof(why)) < 0 ||
+	    uls_fab_pool_open(rx, e, MAX_LEN, 2, FI_RECV, why, sizeof(why)) < 0)
+		check_context("pool: %s", why);
+	CHECK(tx->base != NULL && rx->base != NULL);
+	/* The provider needs its buffers registered: then the pools are. */
+	if (e->info->domain_attr->mr_mode & FI_MR_LOCAL)
+		CHECK(tx->desc != NULL && rx->desc != NULL);
+}
+
+/* The pool's own rules, on a small one. */
+static void pool_rules(struct uls_fab_ep *e)
+{
+	struct uls_fab_pool p;
+	char why[160];
+	uint8_t seen[8] = {0};
+	uint32_t idx[8], extra;
+
+	CHECK_INT(uls_fab_pool_open(&p, e, 100, 8, FI_RECV, why, sizeof(why)), ==, -1);
+	CHECK_INT(uls_fab_pool_open(&p, e, 4096, 0, FI_RECV, why, sizeof(why)), ==, -1);
+	CHECK_EQ(uls_fab_pool_open(&p, e, 4096, 8, FI_RECV, why, sizeof(why)), 0);
+	for (int i = 0; i < 8; i++) {
+		uint8_t *s = uls_fab_pool_get(&p, &idx[i]);
+		CHECK(s != NULL);
+		CHECK_U64(idx[i], <, 8);
+		CHECK(!seen[idx[i]]);
+		seen[idx[i]] = 1;
+		CHECK_INT(uls_fab_pool_index(&p, s), ==, (int)idx[i]);
+		memset(s, i, 4096); /* each slot is its own 4 KiB */
+	}
+	CHECK(uls_fab_pool_get(&p, &extra) == NULL);
+	CHECK_INT(uls_fab_pool_index(&p, (uint8_t *)uls_fab_slot(&p, 1) + 1), ==, -1);
+	CHECK_INT(uls_fab_pool_index(&p, &extra), ==, -1);
+	CHECK_EQ(uls_fab_pool_put(&p, idx[3]), 0);
+	CHECK_INT(uls_fab_pool_put(&p, idx[3]), ==, -1); /* twice */
+	CHECK_INT(uls_fab_pool_put(&p, 8), ==, -1);       /* not a slot */
+	CHECK(uls_fab_pool_get(&p, &extra) != NULL);
+	CHECK_U64(extra, ==, idx[3]);
+	uls_fab_pool_close(&p);
+	CHECK(p.base == NULL);
+
+	struct rlimit rl;
+	CHECK_EQ(getrlimit(RLIMIT_MEMLOCK, &rl), 0);
+	size_t rx = uls_fab_pool_budget(1), tx = uls_fab_pool_budget(0);
+	CHECK_U64(rx, >=, 64u << 10);
+	CHECK_U64(tx, >=, 64u << 10);
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur >= (1u << 20)) {
+		CHECK_U64(rx, <=, rl.rlim_cur / 4);
+		CHECK_U64(tx, <=, rl.rlim_cur / 8);
+	}
 }
 
 /* The two processes swap endpoint addresses over a socket pair and add each other. */
@@ -144,6 +218,7 @@ static fi_addr_t meet(struct uls_fab_ep *e, int sock)
 static void sender(const char *prov, int sock)
 {
 	struct uls_fab_ep e;
+	struct uls_fab_pool tx, rx;
 	char why[160];
 	uint8_t *buf = malloc(MAX_LEN);
 	int slept = 0;
@@ -152,16 +227,19 @@ static void sender(const char *prov, int sock)
 	if (uls_fab_ep_open(&e, prov, "127.0.0.1", why, sizeof(why)) < 0)
 		check_context("child: %s", why);
 	CHECK(e.ep != NULL);
+	pools_open(&e, &tx, &rx);
 	fi_addr_t parent = meet(&e, sock);
 	for (unsigned i = 0; i < ROUNDS; i++) {
 		size_t n = len_of(i);
 		fill(buf, 16, i + 100000);
-		send_all(&e, buf, 16, parent, TAG_OTHER | i);
+		send_all(&e, &tx, buf, 16, parent, TAG_OTHER | i);
 		fill(buf, n, i);
-		send_all(&e, buf, n, parent, TAG_DATA | i);
+		send_all(&e, &tx, buf, n, parent, TAG_DATA | i);
 	}
-	recv_one(&e, buf, 5, TAG_DATA, &slept);
+	recv_one(&e, &rx, buf, 5, TAG_DATA, &slept);
 	CHECK_MEM(buf, "done!", 5);
+	uls_fab_pool_close(&tx);
+	uls_fab_pool_close(&rx);
 	uls_fab_ep_close(&e);
 	free(buf);
 	exit(0);
@@ -202,8 +280,12 @@ static void run(const char *prov)
 	CHECK(uls_fab_loaded());
 	CHECK(mapped("libfabric"));
 	CHECK(strstr(prov, e.prov) != NULL || strstr(e.prov, prov) != NULL);
-	printf("%s: provider %s, fabric %s, wait fd %d, address %zu bytes\n", prov, e.prov,
-	       e.fabric_name, e.wait_fd, e.addr_len);
+	printf("%s: provider %s, fabric %s, wait fd %d, address %zu bytes, mr_mode %#llx\n", prov,
+	       e.prov, e.fabric_name, e.wait_fd, e.addr_len,
+	       (unsigned long long)e.info->domain_attr->mr_mode);
+	pool_rules(&e);
+	struct uls_fab_pool tx, rx;
+	pools_open(&e, &tx, &rx);
 	fi_addr_t child = meet(&e, sv[0]);
 	/*
 	 * Receives only of TAG_DATA | i, in order: each message of the other tag sent before
@@ -211,19 +293,21 @@ static void run(const char *prov)
 	 */
 	for (unsigned i = 0; i < ROUNDS; i++) {
 		size_t n = len_of(i);
-		recv_one(&e, buf, n, TAG_DATA | i, &slept);
+		recv_one(&e, &rx, buf, n, TAG_DATA | i, &slept);
 		fill(want, n, i);
 		CHECK_MEM(buf, want, n);
-		recv_one(&e, other, 16, TAG_OTHER | i, &slept);
+		recv_one(&e, &rx, other, 16, TAG_OTHER | i, &slept);
 		fill(want, 16, i + 100000);
 		CHECK_MEM(other, want, 16);
 	}
-	send_all(&e, "done!", 5, child, TAG_DATA);
+	send_all(&e, &tx, "done!", 5, child, TAG_DATA);
 	CHECK_EQ(waitpid(pid, &status, 0), pid);
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	if (e.wait_fd >= 0)
 		CHECK_INT(slept, >, 0); /* the receiver did sleep in the kernel and was woken */
 	printf("%s: %d messages, woke from the wait fd %d times\n", prov, 2 * ROUNDS, slept);
+	uls_fab_pool_close(&tx);
+	uls_fab_pool_close(&rx);
 	uls_fab_ep_close(&e);
 	close(sv[0]);
 	free(buf);

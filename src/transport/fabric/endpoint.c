@@ -16,8 +16,9 @@
 /*
  * What ulsock asks of a provider: reliable datagrams with tagged messages, sends and
  * receives in order (the header's sequence numbers check it), manual progress, one thread
- * at a time, an address table. No memory registration mode that needs the data buffers
- * registered (FI_MR_LOCAL) yet: the registered pools come with the data path.
+ * at a time, an address table. The registration modes it can follow: local buffers
+ * registered (its slot pools are: pool.h), registrations bound to the endpoint, and the
+ * remote-access modes, which matter only once RMA comes.
  */
 static struct fi_info *hints_for(const char *prov)
 {
@@ -34,7 +35,8 @@ static struct fi_info *hints_for(const char *prov)
 	h->domain_attr->control_progress = FI_PROGRESS_MANUAL;
 	h->domain_attr->data_progress = FI_PROGRESS_MANUAL;
 	h->domain_attr->av_type = FI_AV_TABLE;
-	h->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_ENDPOINT | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
+				  FI_MR_PROV_KEY;
 	if (prov && !(h->fabric_attr->prov_name = strdup(prov))) {
 		uls_fab.freeinfo(h);
 		return NULL;
@@ -143,20 +145,20 @@ int uls_fab_ep_insert(struct uls_fab_ep *e, const void *addr, size_t len, fi_add
 	return r == 1 ? 0 : (r < 0 ? r : -FI_EINVAL);
 }
 
-ssize_t uls_fab_ep_tsend(struct uls_fab_ep *e, const void *buf, size_t len, fi_addr_t dest,
-			 uint64_t tag, struct fi_context *ctx)
+ssize_t uls_fab_ep_tsend(struct uls_fab_ep *e, const void *buf, size_t len, void *desc,
+			 fi_addr_t dest, uint64_t tag, struct fi_context *ctx)
 {
 	uls_inside_begin();
-	ssize_t r = fi_tsend(e->ep, buf, len, NULL, dest, tag, ctx);
+	ssize_t r = fi_tsend(e->ep, buf, len, desc, dest, tag, ctx);
 	uls_inside_end();
 	return r;
 }
 
-ssize_t uls_fab_ep_trecv(struct uls_fab_ep *e, void *buf, size_t len, fi_addr_t src,
-			 uint64_t tag, uint64_t ignore, struct fi_context *ctx)
+ssize_t uls_fab_ep_trecv(struct uls_fab_ep *e, void *buf, size_t len, void *desc,
+			 fi_addr_t src, uint64_t tag, uint64_t ignore, struct fi_context *ctx)
 {
 	uls_inside_begin();
-	ssize_t r = fi_trecv(e->ep, buf, len, NULL, src, tag, ignore, ctx);
+	ssize_t r = fi_trecv(e->ep, buf, len, desc, src, tag, ignore, ctx);
 	uls_inside_end();
 	return r;
 }

@@ -50,14 +50,15 @@ int uls_fab_ep_insert(struct uls_fab_ep *e, const void *addr, size_t len, fi_add
 
 /*
  * A tagged send of len bytes from buf to dest, and a tagged receive into buf from src
- * (FI_ADDR_UNSPEC: any) of a message whose tag matches tag outside ignore. ctx is the
- * operation's struct fi_context, returned in its completion. -FI_EAGAIN: no room now;
- * read completions (uls_fab_ep_poll) and try again.
+ * (FI_ADDR_UNSPEC: any) of a message whose tag matches tag outside ignore. desc is the
+ * buffer's registration descriptor (a pool's, pool.h; NULL where none is needed). ctx is
+ * the operation's struct fi_context, returned in its completion. -FI_EAGAIN: no room
+ * now; read completions (uls_fab_ep_poll) and try again.
  */
-ssize_t uls_fab_ep_tsend(struct uls_fab_ep *e, const void *buf, size_t len, fi_addr_t dest,
-			 uint64_t tag, struct fi_context *ctx);
-ssize_t uls_fab_ep_trecv(struct uls_fab_ep *e, void *buf, size_t len, fi_addr_t src,
-			 uint64_t tag, uint64_t ignore, struct fi_context *ctx);
+ssize_t uls_fab_ep_tsend(struct uls_fab_ep *e, const void *buf, size_t len, void *desc,
+			 fi_addr_t dest, uint64_t tag, struct fi_context *ctx);
+ssize_t uls_fab_ep_trecv(struct uls_fab_ep *e, void *buf, size_t len, void *desc,
+			 fi_addr_t src, uint64_t tag, uint64_t ignore, struct fi_context *ctx);
 
 /*
  * Reads up to n completions into out, which also progresses the endpoint: the count, 0
