@@ -63,7 +63,11 @@ struct uls_transport_ops {
 	 * ---- set-up: only transports of the table (list.h) have these ----
 	 * connect: before the kernel's connect on fd to dst; c is fresh (role ULS_CLIENT,
 	 * peer_sa dst). On ULS_TP_TAKEN its path is ULS_PATH_PENDING: the peer proves itself
-	 * later. Otherwise why (wlen bytes) says why not.
+	 * later. Otherwise why (wlen bytes) says why not, and the transport leaves nothing of
+	 * its own behind (no mapping in tp_state, c->tp unchanged): the next transport, or
+	 * kernel TCP, gets c as it came. accept and adopt follow the same rule, except that
+	 * accept may decline after it bound c (shared memory does when the client moved back
+	 * to TCP first): c then keeps its table, which serves it on TCP.
 	 */
 	enum uls_tp_answer (*connect)(struct uls_conn *c, int fd, const struct sockaddr *dst,
 				      const struct uls_conn_hints *hints, char *why, size_t wlen);
