@@ -5,6 +5,8 @@ Rules that hold today:
   - include/ulsock/ (the public headers): system headers only, and each other;
   - src/cli/ (the `ulsock` command): public headers only (`"ulsock/..."`), so it reads
     the stat records and checks the ULSOCK_* variables through the ABI a user's tools get;
+    besides, its own headers, and the fabric directory's wire codec
+    (transport/fabric/dir.h) for `ulsock fabricd`, which speaks that protocol;
   - src/os/ (the lowest layer: real libc, futex, clock, membarrier, own descriptors, the
     re-entry guard): system headers and its own only;
   - src/core/ (connections, descriptors, readiness, hand-off): src/os/ and its own only;
@@ -87,6 +89,10 @@ def check_lower(repo, bad):
                                f"({theirs})")
 
 
+# What the command includes of the library: only the directory codec.
+CLI_ALSO = {os.path.join("src", "transport", "fabric", "dir.h")}
+
+
 def check(repo):
     bad = []
     public = os.path.join(repo, "include", "ulsock")
@@ -95,9 +101,12 @@ def check(repo):
             if kind == '"' and not (name.startswith("ulsock/") or "/" not in name):
                 bad.append(f"{os.path.relpath(path, repo)}:{line}: a public header includes "
                            f'"{name}"')
-    for path in sources(os.path.join(repo, "src", "cli")):
+    cli = os.path.join(repo, "src", "cli")
+    for path in sources(cli):
         for line, kind, name in includes(path):
-            if kind == '"' and not name.startswith("ulsock/"):
+            target = os.path.relpath(os.path.normpath(os.path.join(cli, name)), repo)
+            if kind == '"' and not (name.startswith("ulsock/") or "/" not in name or
+                                    target in CLI_ALSO):
                 bad.append(f"{os.path.relpath(path, repo)}:{line}: the command includes "
                            f'"{name}", not a public header (include/ulsock/)')
     check_lower(repo, bad)

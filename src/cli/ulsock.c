@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fabricd.h"
 #include "ulsock/config.h"
 #include "ulsock/stat.h"
 #include "ulsock/ulsock.h"
@@ -26,6 +27,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: ulsock run [--profile latency|balanced|efficient] -- PROGRAM [ARGS...]\n"
 		"       ulsock stat [--json]\n"
+		"       ulsock fabricd [--port N] [--foreground]\n"
 		"       ulsock --help | --version\n"
 		"\n"
 		"run   replaces itself with PROGRAM, with libulsock preloaded: TCP connections\n"
@@ -33,6 +35,8 @@ static void usage(FILE *f)
 		"      the kernel. Profiles set how long a waiting call spins before it sleeps.\n"
 		"stat  lists the live TCP connections of this user's ulsock processes, their\n"
 		"      path (shm or kernel) and, for kernel ones, why.\n"
+		"fabricd  the directory service that lets clients on other hosts reach this\n"
+		"      host's ulsock servers over the fabric (docs/protocol.md 9.3).\n"
 		"\n"
 		"Environment: ULSOCK_PROFILE, ULSOCK_SPIN_US, ULSOCK_RX_PACE_NS, ULSOCK_RING_SIZE,\n"
 		"ULSOCK_LOG, ULSOCK_LOG_FILE, ULSOCK_DISABLE, ULSOCK_TRUST_UIDS, ULSOCK_LIBRARY\n"
@@ -318,6 +322,8 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(argv[1], "run") == 0)
 		return cmd_run(argc - 1, argv + 1);
+	if (strcmp(argv[1], "fabricd") == 0)
+		return uls_fabricd_main(argc - 1, argv + 1);
 	if (strcmp(argv[1], "stat") == 0)
 		return cmd_stat(argc - 1, argv + 1);
 	fprintf(stderr, "ulsock: unknown command '%s'\n", argv[1]);

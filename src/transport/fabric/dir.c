@@ -567,7 +567,7 @@ static int step_banner(struct uls_fab_dirq *q, uint64_t now)
 	if (memcmp(q->buf, head, q->got < ULS_FAB_DIR_HDR_LEN ? q->got : ULS_FAB_DIR_HDR_LEN))
 		return no_answer(q, now, "not fabricd");
 	if (r > 0)
-		return 0;
+		return 1;
 	if (uls_fab_banner_parse(q->buf, q->got, &b) < 0)
 		return no_answer(q, now, "not fabricd");
 	memcpy(h.nd, b.nd, sizeof(h.nd));
@@ -616,13 +616,13 @@ static int step_answer(struct uls_fab_dirq *q, uint64_t now)
 	int r = read_some(q, now, ULS_FAB_DIR_HDR_LEN, "answer");
 
 	if (r != 0)
-		return r;
+		return r < 0 ? -1 : 0; /* failed, or wait */
 	if (uls_fab_dir_header(q->buf, q->got, &type, &len) < 0 ||
 	    (type != ULS_FAB_DIR_OFFER && type != ULS_FAB_DIR_NO))
 		return no_answer(q, now, "malformed answer");
 	r = read_some(q, now, len, "answer");
 	if (r != 0)
-		return r;
+		return r < 0 ? -1 : 0;
 	if (type == ULS_FAB_DIR_NO) {
 		if (uls_fab_no_parse(q->buf, q->got, &reason) < 0)
 			return no_answer(q, now, "malformed answer");
@@ -638,7 +638,8 @@ static int step_answer(struct uls_fab_dirq *q, uint64_t now)
 
 /*
  * Each state's step returns 0 when it moved on to the next state (and the loop tries
- * that one at once), 1 to wait, -1 failed; step_answer's 1 is DONE.
+ * that one at once), 1 to wait, -1 failed; step_answer, the last, returns what
+ * uls_fab_dirq_step does (1 DONE, 0 wait, -1 failed).
  */
 int uls_fab_dirq_step(struct uls_fab_dirq *q, uint64_t now_ns)
 {
