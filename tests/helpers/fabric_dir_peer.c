@@ -13,6 +13,7 @@
  *       HELLO of kind ok|badnd|garbage|trailing|none for the 4-tuple CLIENT SERVER (a.b.c.d:p;
  *       default: this side connection's own), print the answer or CLOSED
  *   forge DIRPORT CLIENT SERVER INODE COOKIE send a REG for that socket as this user
+ *   hold ADDR PORT                           connect, print CONNECTED, hold until EOF
  *   listen ADDR [SPEAK]                      an unrelated service: print READY port=P,
  *       accept one connection, send SPEAK, count the bytes it receives until EOF: RECEIVED n
  */
@@ -284,6 +285,15 @@ static int do_forge(char **argv)
 	return 0;
 }
 
+static int do_hold(char **argv)
+{
+	int fd = tcp_connect(argv[0], atoi(argv[1]));
+
+	printf("CONNECTED\n");
+	drain(fd);
+	return 0;
+}
+
 static int do_listen(int argc, char **argv)
 {
 	int lfd = tcp_listen(argv[0]), fd = accept(lfd, NULL, NULL);
@@ -308,6 +318,8 @@ int main(int argc, char **argv)
 		return do_raw(argc - 2, argv + 2);
 	if (argc >= 7 && !strcmp(argv[1], "forge"))
 		return do_forge(argv + 2);
+	if (argc >= 4 && !strcmp(argv[1], "hold"))
+		return do_hold(argv + 2);
 	if (argc >= 3 && !strcmp(argv[1], "listen"))
 		return do_listen(argc - 2, argv + 2);
 	fprintf(stderr, "usage: see the top of fabric_dir_peer.c\n");
