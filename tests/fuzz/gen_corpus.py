@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Writes the seed inputs of fuzz_ring into tests/fuzz/corpus/fuzz_ring/.
+"""Writes the seed inputs of fuzz_ring into tests/fuzz/corpus/fuzz_ring/, and those of
+fuzz_fabric_dir (one directory message each, docs/protocol.md 9.3) into
+tests/fuzz/corpus/fuzz_fabric_dir/.
 
 The input layout is described at the top of fuzz_ring.c; the segment layout mirrors
 src/transport/shm/segment.h (struct uls_seg_ident, then two struct uls_side of three
@@ -89,6 +91,51 @@ def main():
         "short_file": seed(image(ident(RING_MIN, RING_MIN))[:100], 100),
         "no_patch": seed(image(ident(RING_MIN, RING_MIN)), small, traffic, flags=0),
         "local_only": seed(b"", 0, hostile + traffic, local_log=4),
+    }
+    for name, data in seeds.items():
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(data)
+    print(f"wrote {len(seeds)} seeds to {out}")
+    fabric_dir()
+
+
+DIR_MAGIC = 0x44464C55  # "ULFD"
+TUPLE = bytes(10) + b"\xff\xff" + bytes([10, 1, 2, 3]) + bytes(10) + b"\xff\xff" + \
+    bytes([10, 1, 2, 4]) + struct.pack("<HH", 40000, 80)
+
+
+def dir_msg(mtype, body, length=None, magic=DIR_MAGIC, version=1):
+    """A directory message: the 8-byte header, then BODY (offsets 8 onwards)."""
+    length = 8 + len(body) if length is None else length
+    return struct.pack("<IBBH", magic, version, mtype, length) + body
+
+
+def where_tail(provider=b"tcp;ofi_rxm", fabric=b"fab0", addr=bytes(range(16))):
+    return provider.ljust(32, b"\0") + fabric.ljust(64, b"\0") + addr.ljust(256, b"\0")
+
+
+def fabric_dir():
+    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "fuzz_fabric_dir")
+    os.makedirs(out, exist_ok=True)
+    nd = bytes(range(16))
+    offer = nd + struct.pack("<IHH", 1, 16, 0) + where_tail()
+    reg = TUPLE + struct.pack("<HHQQ", 4, 1, 12345, 678) + nd + struct.pack("<H", 16) + \
+        bytes(6) + where_tail()
+    seeds = {
+        "banner": dir_msg(1, nd + bytes([1, 1]) + bytes(6)),
+        "banner_v1_to_3": dir_msg(1, nd + bytes([1, 3]) + bytes(6)),
+        "hello": dir_msg(2, nd + TUPLE + bytes(4)),
+        "hello_trailing": dir_msg(2, nd + TUPLE + bytes(4), length=64) + b"\0",
+        "offer": dir_msg(3, offer),
+        "offer_addr_257": dir_msg(3, nd + struct.pack("<IHH", 0, 257, 0) + where_tail()),
+        "no": dir_msg(4, struct.pack("<II", 1, 0)),
+        "no_busy": dir_msg(4, struct.pack("<II", 3, 0)),
+        "reg": dir_msg(5, reg),
+        "reg_v6": dir_msg(5, bytes(range(36)) + reg[36:36 + 0] + struct.pack("<HHQQ", 6, 0, 1, 2)
+                          + nd + struct.pack("<H", 0) + bytes(6) + where_tail(addr=b"")),
+        "ssh": b"SSH-2.0-OpenSSH_9.6\r\n",
+        "bad_magic": dir_msg(1, nd + bytes([1, 1]) + bytes(6), magic=DIR_MAGIC ^ 1),
+        "bad_version": dir_msg(1, nd + bytes([1, 1]) + bytes(6), version=2),
     }
     for name, data in seeds.items():
         with open(os.path.join(out, name), "wb") as f:
