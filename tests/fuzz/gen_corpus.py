@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Writes the seed inputs of fuzz_ring into tests/fuzz/corpus/fuzz_ring/, and those of
-fuzz_fabric_dir (one directory message each, docs/protocol.md 9.3) into
-tests/fuzz/corpus/fuzz_fabric_dir/.
+"""Writes the seed inputs of the fuzz targets into tests/fuzz/corpus/<target>/.
 
-The input layout is described at the top of fuzz_ring.c; the segment layout mirrors
-src/transport/shm/segment.h (struct uls_seg_ident, then two struct uls_side of three
-cache lines each, then the two rings' shared positions). Rerun after a layout change:
+fuzz_ring: the input layout is described at the top of fuzz_ring.c; the segment layout
+mirrors src/transport/shm/segment.h (struct uls_seg_ident, then two struct uls_side of
+three cache lines each, then the two rings' shared positions).
+
+fuzz_fabric_dir: one directory message each (docs/protocol.md 9.3).
+
+fuzz_fabric_msg: fabric messages as protocol.md 9.4, 9.5 and 9.10 lay them out (header,
+then payload), valid ones of every type and ones each rule of 9.11 rejects.
+
+Rerun after a layout change:
 
     python3 tests/fuzz/gen_corpus.py
 """
@@ -56,9 +61,7 @@ def seed(img, file_size, ops=b"", flags=PATCH_INO | PATCH_COOKIE, local_log=0):
     return struct.pack("<BBHI", flags | (local_log << 4), 0, len(img), file_size) + img + ops
 
 
-def main():
-    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "fuzz_ring")
-    os.makedirs(out, exist_ok=True)
+def ring_seeds():
     small = HDR + 2 * RING_MIN
     traffic = b"".join([op(WRITE, 1000, r) + op(READ, 999, r) + op(WRITE, 5000, r) +
                         op(PEEK, 17, r) + op(READ, 8191, r) for r in (0, 1, 2)])
@@ -92,11 +95,101 @@ def main():
         "no_patch": seed(image(ident(RING_MIN, RING_MIN)), small, traffic, flags=0),
         "local_only": seed(b"", 0, hostile + traffic, local_log=4),
     }
+    return seeds
+
+
+# Fabric messages (protocol.md 9.4, 9.5, 9.10); integers little-endian.
+M_CONNECT, M_ACCEPT, M_DECLINE, M_ABORT, M_TAKEOVER = 0x01, 0x02, 0x03, 0x04, 0x05
+M_DATA, M_CREDIT, M_SWITCH, M_FIN, M_SLEEP, M_REVERT, M_RESET = range(0x10, 0x17)
+
+
+def fab_hdr(mtype, payload, tag=0, pcredits=0, seq=0, wnd=0, flags=0, length=None):
+    length = len(payload) if length is None else length
+    return struct.pack("<BBHIQII", mtype, flags, pcredits, length, tag, seq, wnd) + payload
+
+
+def fab_tuple():
+    mapped = b"\0" * 10 + b"\xff\xff"
+    return mapped + bytes([10, 0, 0, 1]) + mapped + bytes([10, 0, 0, 2]) + \
+        struct.pack("<HH", 40000, 5201)
+
+
+def fab_connect(version=1, flags=0, slot=8192, window=256 << 10, grant=64, addr_len=16,
+                reserved=0, tag=0x0102030405060708, mac=b"\0" * 32):
+    addr = bytes(range(0x20, 0x20 + 16)).ljust(256, b"\0")
+    return struct.pack("<HHI", version, flags, slot) + fab_tuple() + \
+        struct.pack("<I", window) + bytes(range(0xc0, 0xe0)) + \
+        struct.pack("<QQHHI", tag, 0xf0e0d0c0b0a09080, grant, addr_len, reserved) + addr + mac
+
+
+def fab_revert(flags=3, reserved=0):
+    return struct.pack("<IIQQQ", flags, reserved, 1000, 2000, 500)
+
+
+def fab_takeover(tag=0x1112131415161718, new_tag=0x2122232425262728, addr_len=16,
+                 revert=None):
+    revert = fab_revert() if revert is None else revert
+    addr = bytes(range(0x20, 0x20 + 16)).ljust(256, b"\0")
+    return struct.pack("<QQQH", tag, new_tag, 0xf0e0d0c0b0a09080, addr_len) + b"\0" * 6 + \
+        revert + addr + bytes(range(0x90, 0xb0))
+
+
+def fabric_msg_seeds():
+    nonce = bytes(range(0x30, 0x40))
+    switch = struct.pack("<QII", 4096, 0, 0)
+    fin = struct.pack("<QII", 1 << 40, 3, 1)
+    sleep = struct.pack("<QII", 77, 1, 1)
+    reset = struct.pack("<II", 6, 0)
+    decline = struct.pack("<II", 3, 0) + nonce
+    return {
+        "connect": fab_hdr(M_CONNECT, fab_connect()),
+        "connect_mac": fab_hdr(M_CONNECT, fab_connect(flags=3, mac=bytes(range(32)))),
+        "accept": fab_hdr(M_ACCEPT, fab_connect(slot=65536, window=16 << 20, grant=1024),
+                          tag=0x0102030405060708),
+        "decline": fab_hdr(M_DECLINE, decline, tag=9),
+        "abort": fab_hdr(M_ABORT, struct.pack("<II", 9, 0) + nonce),
+        "takeover": fab_hdr(M_TAKEOVER, fab_takeover()),
+        "data": fab_hdr(M_DATA, b"hello, fabric", tag=9, pcredits=4, seq=1, wnd=4096),
+        "data_full": fab_hdr(M_DATA, b"\xa5" * (2048 - 24), tag=9, seq=2),
+        "credit_pair": fab_hdr(M_CREDIT, b"", pcredits=32),
+        "credit_conn": fab_hdr(M_CREDIT, b"", tag=9, wnd=1 << 17),
+        "switch": fab_hdr(M_SWITCH, switch, tag=9),
+        "fin": fab_hdr(M_FIN, fin, tag=9, seq=5),
+        "sleep": fab_hdr(M_SLEEP, sleep, tag=9),
+        "revert": fab_hdr(M_REVERT, fab_revert(1), tag=9),
+        "reset": fab_hdr(M_RESET, reset, tag=9),
+        # Each rule of 9.11 and 9.4 broken once.
+        "bad_type": fab_hdr(0x17, switch, tag=9),
+        "bad_flags": fab_hdr(M_SWITCH, switch, tag=9, flags=1),
+        "bad_len": fab_hdr(M_SWITCH, switch + b"\0", tag=9),
+        "len_mismatch": fab_hdr(M_SWITCH, switch, tag=9, length=17),
+        "bad_tag": fab_hdr(M_CONNECT, fab_connect(), tag=9),
+        "bad_credits": fab_hdr(M_ACCEPT, fab_connect(), tag=9, pcredits=1),
+        "bad_version": fab_hdr(M_CONNECT, fab_connect(version=2)),
+        "bad_slot": fab_hdr(M_CONNECT, fab_connect(slot=3072)),
+        "bad_window": fab_hdr(M_CONNECT, fab_connect(window=(16 << 20) + 1)),
+        "bad_grant": fab_hdr(M_CONNECT, fab_connect(grant=0)),
+        "bad_addr_len": fab_hdr(M_CONNECT, fab_connect(addr_len=257)),
+        "bad_reserved": fab_hdr(M_CONNECT, fab_connect(reserved=1)),
+        "bad_mac": fab_hdr(M_CONNECT, fab_connect(mac=b"\x01" * 32)),
+        "bad_takeover": fab_hdr(M_TAKEOVER, fab_takeover(revert=fab_revert(1))),
+        "bad_sleep": fab_hdr(M_SLEEP, struct.pack("<QII", 77, 0, 0), tag=9),
+        "short": fab_hdr(M_DATA, b"x", tag=9)[:20],
+        # Bare payloads, for the parsers that take them directly.
+        "payload_connect": fab_connect(),
+        "payload_takeover": fab_takeover(),
+        "payload_revert": fab_revert(),
+        "payload_decline": decline,
+    }
+
+
+def write(target, seeds):
+    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", target)
+    os.makedirs(out, exist_ok=True)
     for name, data in seeds.items():
         with open(os.path.join(out, name), "wb") as f:
             f.write(data)
     print(f"wrote {len(seeds)} seeds to {out}")
-    fabric_dir()
 
 
 DIR_MAGIC = 0x44464C55  # "ULFD"
@@ -114,9 +207,7 @@ def where_tail(provider=b"tcp;ofi_rxm", fabric=b"fab0", addr=bytes(range(16))):
     return provider.ljust(32, b"\0") + fabric.ljust(64, b"\0") + addr.ljust(256, b"\0")
 
 
-def fabric_dir():
-    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "fuzz_fabric_dir")
-    os.makedirs(out, exist_ok=True)
+def fabric_dir_seeds():
     nd = bytes(range(16))
     offer = nd + struct.pack("<IHH", 1, 16, 0) + where_tail()
     reg = TUPLE + struct.pack("<HHQQ", 4, 1, 12345, 678) + nd + struct.pack("<H", 16) + \
@@ -137,10 +228,13 @@ def fabric_dir():
         "bad_magic": dir_msg(1, nd + bytes([1, 1]) + bytes(6), magic=DIR_MAGIC ^ 1),
         "bad_version": dir_msg(1, nd + bytes([1, 1]) + bytes(6), version=2),
     }
-    for name, data in seeds.items():
-        with open(os.path.join(out, name), "wb") as f:
-            f.write(data)
-    print(f"wrote {len(seeds)} seeds to {out}")
+    return seeds
+
+
+def main():
+    write("fuzz_ring", ring_seeds())
+    write("fuzz_fabric_msg", fabric_msg_seeds())
+    write("fuzz_fabric_dir", fabric_dir_seeds())
 
 
 if __name__ == "__main__":
