@@ -203,8 +203,9 @@ static inline int uls_fab_grant_opens_pair(uint16_t grant)
  * class_of_slot (one or both ULS_FAB_CLASS_* bits) with receive slots of rx_slot_size
  * bytes: a known type of that class, flags 0, the type's payload length (DATA: 1 to
  * rx_slot_size - 24), and 9.5's tag rules (0 in CONNECT, ABORT and TAKEOVER, non-zero but
- * in CREDIT); nothing returned with tag 0 or in the handshake class (pcredits, wnd 0),
- * since no connection takes it there. Returns 0 or -EPROTO.
+ * in CREDIT); pcredits and wnd 0 in the handshake class (its header is authenticated by
+ * nothing and its slots are not the pair's), and wnd 0 with tag 0 (no connection to
+ * return it to). Returns 0 or -EPROTO.
  */
 void uls_fab_hdr_pack(const struct uls_fab_hdr *h, uint8_t out[ULS_FAB_HDR_SIZE]);
 int uls_fab_hdr_parse(struct uls_fab_hdr *h, const void *buf, size_t len);
