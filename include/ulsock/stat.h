@@ -33,13 +33,14 @@ enum ulsock_path {
 	ULSOCK_PATH_PENDING = 0, /* connected, the fast path not decided yet */
 	ULSOCK_PATH_SHM = 1,     /* shared-memory rings */
 	ULSOCK_PATH_KERNEL = 2,  /* kernel TCP; `reason` says why */
+	ULSOCK_PATH_FABRIC = 3,  /* a libfabric provider; `reason` names it */
 	ULSOCK_PATH_COUNT
 };
 
 /* The name `ulsock stat` prints for a path; "?" for a value out of range. */
 static inline const char *ulsock_path_name(uint32_t path)
 {
-	static const char *const names[ULSOCK_PATH_COUNT] = {"pending", "shm", "kernel"};
+	static const char *const names[ULSOCK_PATH_COUNT] = {"pending", "shm", "kernel", "fabric"};
 
 	return path < ULSOCK_PATH_COUNT ? names[path] : "?";
 }

@@ -38,9 +38,9 @@
 
 /* 9.3's limits. */
 #define SIDE_MAX 1024
-#define SIDE_PER_SRC 64
-#define HELLO_RATE 200
-#define HELLO_BURST 400
+#define SIDE_PER_SRC 256
+#define HELLO_RATE 2000
+#define HELLO_BURST 4000
 #define UNIX_PER_UID 64
 #define UNIX_MAX 1024
 #define REG_PER_UID 4096

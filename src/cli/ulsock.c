@@ -31,15 +31,18 @@ static void usage(FILE *f)
 		"       ulsock --help | --version\n"
 		"\n"
 		"run   replaces itself with PROGRAM, with libulsock preloaded: TCP connections\n"
-		"      between two ulsock processes on this host use shared memory, all others\n"
-		"      the kernel. Profiles set how long a waiting call spins before it sleeps.\n"
+		"      between two ulsock processes on this host use shared memory, those to\n"
+		"      allow-listed ulsock peers on other hosts the fabric, all others the\n"
+		"      kernel. Profiles set how long a waiting call spins before it sleeps.\n"
 		"stat  lists the live TCP connections of this user's ulsock processes, their\n"
-		"      path (shm or kernel) and, for kernel ones, why.\n"
+		"      path (shm, fabric or kernel) and, for kernel ones, why; for fabric ones,\n"
+		"      the provider.\n"
 		"fabricd  the directory service that lets clients on other hosts reach this\n"
 		"      host's ulsock servers over the fabric (docs/protocol.md 9.3).\n"
 		"\n"
 		"Environment: ULSOCK_PROFILE, ULSOCK_SPIN_US, ULSOCK_RX_PACE_NS, ULSOCK_RING_SIZE,\n"
-		"ULSOCK_LOG, ULSOCK_LOG_FILE, ULSOCK_DISABLE, ULSOCK_TRUST_UIDS, ULSOCK_LIBRARY\n"
+		"ULSOCK_LOG, ULSOCK_LOG_FILE, ULSOCK_DISABLE, ULSOCK_TRUST_UIDS, ULSOCK_LIBRARY,\n"
+		"ULSOCK_FABRIC_PEERS, ULSOCK_FABRIC_PROVIDER, ULSOCK_FABRIC_PORT, ULSOCK_FABRIC_KEY\n"
 		"(see README.md). run refuses to start PROGRAM when one of them is not valid.\n");
 }
 

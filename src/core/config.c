@@ -275,6 +275,44 @@ static int parse_trusted(const char *s, struct uls_config *cfg, struct ulsock_co
 	return -1;
 }
 
+static int parse_fabric_port(const char *s, struct uls_config *cfg,
+			     struct ulsock_config_bad *bad)
+{
+	long long v;
+
+	if (parse_ll(s, &v) == 0 && v >= 1 && v <= 65535) {
+		cfg->fabric_port = (uint16_t)v;
+		return 0;
+	}
+	snprintf(bad->problem, sizeof(bad->problem), "is not a port from 1 to 65535");
+	snprintf(bad->used, sizeof(bad->used), "using %u", ULS_FABRIC_PORT);
+	return -1;
+}
+
+/* The allow-list, the provider and the key are the fabric transport's to check, when a
+ * connection first needs them (it logs a bad one once, and keeps to TCP). */
+static int keep_fabric_peers(const char *s, struct uls_config *cfg, struct ulsock_config_bad *bad)
+{
+	(void)bad;
+	cfg->fabric_peers = s;
+	return 0;
+}
+
+static int keep_fabric_provider(const char *s, struct uls_config *cfg,
+				struct ulsock_config_bad *bad)
+{
+	(void)bad;
+	cfg->fabric_provider = s;
+	return 0;
+}
+
+static int keep_fabric_key(const char *s, struct uls_config *cfg, struct ulsock_config_bad *bad)
+{
+	(void)bad;
+	cfg->fabric_key = s;
+	return 0;
+}
+
 static const struct {
 	const char *name;
 	parse_fn parse;
@@ -287,6 +325,10 @@ static const struct {
 	{ULSOCK_ENV_LOG_FILE, parse_log_file},
 	{ULSOCK_ENV_DISABLE, parse_disable},
 	{ULSOCK_ENV_TRUST_UIDS, parse_trusted},
+	{ULSOCK_ENV_FABRIC_PEERS, keep_fabric_peers},
+	{ULSOCK_ENV_FABRIC_PROVIDER, keep_fabric_provider},
+	{ULSOCK_ENV_FABRIC_KEY, keep_fabric_key},
+	{ULSOCK_ENV_FABRIC_PORT, parse_fabric_port},
 };
 #define NVARS (sizeof(vars) / sizeof(vars[0]))
 
@@ -313,6 +355,8 @@ int uls_config_parse(struct uls_config *cfg, ulsock_config_bad_fn bad_fn, void *
 	cfg->spin_ns = profile_spin_ns[cfg->profile];
 	cfg->disabled = 0;
 	cfg->ntrusted = 0;
+	cfg->fabric_peers = cfg->fabric_provider = cfg->fabric_key = NULL;
+	cfg->fabric_port = ULS_FABRIC_PORT;
 	for (size_t i = 0; i < NVARS; i++) {
 		const char *s = getenv(vars[i].name);
 		struct ulsock_config_bad bad = {.var = vars[i].name};

@@ -16,6 +16,8 @@ enum uls_log_level { ULS_LOG_ERROR, ULS_LOG_WARN, ULS_LOG_INFO, ULS_LOG_DEBUG };
  * ULSOCK_RX_PACE_NS may set. */
 #define ULS_RX_PACE_NS 1000u
 #define ULS_RX_PACE_MAX_NS 100000u
+/* The fabric directory's port (protocol.md 9.1). */
+#define ULS_FABRIC_PORT 62840
 
 struct uls_config {
 	enum uls_profile profile;
@@ -33,6 +35,15 @@ struct uls_config {
 	const char *_Atomic off_reason;
 	int ntrusted;
 	uid_t trusted[ULS_MAX_TRUSTED];
+	/*
+	 * Between hosts (docs/protocol.md 9.1): the allow-list and the provider as set (the
+	 * fabric transport parses them when it first needs them; NULL: unset), the key
+	 * file's path, and the directory port.
+	 */
+	const char *fabric_peers;
+	const char *fabric_provider;
+	const char *fabric_key;
+	uint16_t fabric_port;
 	uid_t uid;
 };
 

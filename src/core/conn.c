@@ -187,6 +187,8 @@ void uls_conn_log_path(struct uls_conn *c, int fd)
 	uls_conn_names(c, names, sizeof(names));
 	if (path == ULS_PATH_SHM)
 		uls_info("fd=%d %s path=shm", fd, names);
+	else if (path == ULS_PATH_FABRIC)
+		uls_info("fd=%d %s path=fabric provider=%s", fd, names, c->reason);
 	else
 		uls_info("fd=%d %s path=kernel reason=%s", fd, names, c->reason);
 }
@@ -341,6 +343,8 @@ struct uls_conn *uls_conn_connect_done(struct uls_conn *c, int fd, int err)
 	if (c->tp == &uls_kernel_transport) {
 		memcpy(why, c->reason, sizeof(why));
 		uls_conn_set_kernel(c, fd, why);
+	} else if (!err && c->tp->connected) {
+		c->tp->connected(c, fd);
 	}
 	return c;
 }
@@ -445,7 +449,8 @@ static void close_last(struct uls_conn *c, int fd, int do_close, int *rc, int *e
 	*err = 0;
 	c->tp->closing(c, fd);
 	atomic_store(&c->closed, 1);
-	if (c->stat && atomic_load(&c->path) == ULS_PATH_SHM && uls_cfg.log_level >= ULS_LOG_INFO) {
+	if (c->stat && uls_conn_accelerated(c) && atomic_load(&c->path) != ULS_PATH_PENDING &&
+	    uls_cfg.log_level >= ULS_LOG_INFO) {
 		char names[140];
 		uls_info("fd=%d %s closed: sent %llu bytes, received %llu bytes in this process", fd,
 			 uls_conn_names(c, names, sizeof(names)),

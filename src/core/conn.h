@@ -22,7 +22,7 @@
 #include "transport.h"
 #include "wait.h"
 
-enum uls_path { ULS_PATH_PENDING, ULS_PATH_SHM, ULS_PATH_KERNEL };
+enum uls_path { ULS_PATH_PENDING, ULS_PATH_SHM, ULS_PATH_KERNEL, ULS_PATH_FABRIC };
 /* The side a process is on: the one that connected, or the one that accepted. */
 enum uls_role { ULS_CLIENT = 0, ULS_SERVER = 1 };
 

@@ -28,6 +28,7 @@ struct uls_epoll *uls_epoll_create(int epfd)
 		return NULL;
 	ep->epfd = epfd;
 	ep->bell = -1;
+	ep->wait_fd = -1;
 	ep->cycle = 1; /* registrations start with told 0: never reported */
 	pthread_mutex_init(&ep->mu, NULL);
 	ep->refs = 1;

@@ -112,6 +112,25 @@ static void bell_begin(struct uls_epoll *ep, int epfd)
 	uls_bell_begin(ep->bell);
 }
 
+/*
+ * Before a sleep: a transport's wait descriptor (transport.h) joins the kernel set once,
+ * edge-triggered and tagged. A set that cannot take it sleeps in bounded slices.
+ */
+static void wait_fd_join(struct uls_epoll *ep, int epfd)
+{
+	int wfd = uls_transports_wait_fd();
+
+	if (wfd < 0 || wfd == ep->wait_fd)
+		return;
+	struct epoll_event kev = {.events = EPOLLIN | EPOLLET, .data.u64 = WAIT_FD_TAG};
+	if (ep->wait_fd >= 0)
+		uls_libc.epoll_ctl(epfd, EPOLL_CTL_DEL, ep->wait_fd, NULL);
+	if (uls_libc.epoll_ctl(epfd, EPOLL_CTL_ADD, wfd, &kev) == 0 || errno == EEXIST)
+		ep->wait_fd = wfd;
+	else
+		ep->bounded = 1;
+}
+
 /* User-space readiness of one watched registration (0 when the kernel decides). */
 static int watched_ready(struct uls_epoll *ep, int epfd, struct epreg *r, int arm, int depth)
 {
@@ -258,6 +277,8 @@ static int kernel_pass(struct uls_epoll *ep, int epfd, struct epoll_event *evs, 
 		return -errno;
 	for (int i = 0; i < r && n < max; i++) {
 		struct epoll_event k = evs[i];
+		if (k.data.u64 == WAIT_FD_TAG)
+			continue; /* the caller's pass over the conns reads the news */
 		if (k.data.u64 == BELL_TAG) {
 			/* Rung: the caller's pass over the rings follows. */
 			if (ep->bell >= 0)
@@ -398,6 +419,10 @@ int uls_epoll_wait(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int 
 		}
 		if (ep->bounded && (left < 0 || left > BOUNDED_SLEEP_NS))
 			left = BOUNDED_SLEEP_NS;
+		wait_fd_join(ep, epfd);
+		int64_t nap = (int64_t)uls_transports_nap_ns();
+		if (nap && (left < 0 || left > nap))
+			left = nap;
 		n = kernel_pass(ep, epfd, evs, max, left, mask);
 		if (n == 0 && ep->stale) {
 			ep->cycle++;

@@ -47,6 +47,8 @@ struct epreg {
 #define ORPHAN_TAG (1ull << 63)
 /* Kernel data of the set's bell (descriptors and user addresses stay below it). */
 #define BELL_TAG (1ull << 62)
+/* Kernel data of a transport's wait descriptor in the set (transport.h, wait_fd). */
+#define WAIT_FD_TAG (1ull << 61)
 
 struct uls_epoll {
 	pthread_mutex_t mu;
@@ -73,6 +75,7 @@ struct uls_epoll {
 	int shared;  /* another process may use the kernel epoll set (fork): no ghosts */
 	uint64_t kernel_seen; /* when a wait last asked the kernel (ns) */
 	int bell;             /* the set's bell (bell.h) in its kernel set, or -1 */
+	int wait_fd;          /* the transport wait descriptor in its kernel set, or -1 */
 	int bounded;          /* this wait could not register the bell everywhere */
 	struct epreg **orph;  /* orphans: registrations that outlived their fd */
 	int norph, caporph;

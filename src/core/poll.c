@@ -144,7 +144,7 @@ static int poll_bell(struct pollfd *k, nfds_t n, int *bounded)
 
 int uls_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *mask)
 {
-	struct pollfd kst[65], *k = kst;
+	struct pollfd kst[66], *k = kst;
 	struct uls_conn *cst[64], **cs = cst;
 	uint64_t start = uls_now_ns(), deadline = start + (uint64_t)(timeout_ns > 0 ? timeout_ns : 0);
 	int nconn = 0, r, bell = -1, bounded = 0, was_current = uls_bell_current;
@@ -152,7 +152,7 @@ int uls_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *m
 	struct uls_spin spin;
 
 	if (n > 64) {
-		k = malloc((n + 1) * sizeof(*k));
+		k = malloc((n + 2) * sizeof(*k));
 		cs = malloc(n * sizeof(*cs));
 		if (!k || !cs) {
 			free(k == kst ? NULL : k);
@@ -199,7 +199,18 @@ int uls_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *m
 			sleeping = 1;
 			if (bounded && (left < 0 || left > BOUNDED_SLEEP_NS))
 				left = BOUNDED_SLEEP_NS;
-			r = kernel_ppoll(k, n + (bell >= 0), left, mask);
+			int64_t nap = (int64_t)uls_transports_nap_ns();
+			if (nap && (left < 0 || left > nap))
+				left = nap;
+			/* After the bell, a transport's own wait descriptor (transport.h): its news
+			 * are read by the pass over the conns that follows. */
+			nfds_t nk = n + (bell >= 0);
+			int wfd = uls_transports_wait_fd();
+			if (wfd >= 0)
+				k[nk++] = (struct pollfd){.fd = wfd, .events = POLLIN};
+			r = kernel_ppoll(k, nk, left, mask);
+			if (r > 0 && wfd >= 0 && k[nk - 1].revents)
+				r--;
 		}
 		if (r < 0)
 			goto out;

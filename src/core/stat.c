@@ -21,6 +21,7 @@
 static_assert((int)ULS_PATH_PENDING == (int)ULSOCK_PATH_PENDING &&
 		      (int)ULS_PATH_SHM == (int)ULSOCK_PATH_SHM &&
 		      (int)ULS_PATH_KERNEL == (int)ULSOCK_PATH_KERNEL &&
+		      (int)ULS_PATH_FABRIC == (int)ULSOCK_PATH_FABRIC &&
 		      (int)ULS_SERVER == (int)ULSOCK_ROLE_SERVER &&
 		      (int)ULS_CLIENT == (int)ULSOCK_ROLE_CLIENT,
 	      "enum uls_path and the roles are the stat ABI's");

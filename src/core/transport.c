@@ -62,3 +62,27 @@ int uls_transports_sigaction(int sig, const struct sigaction *act, struct sigact
 			return 0;
 	return -1;
 }
+
+int uls_transports_wait_fd(void)
+{
+	EACH(t)
+		if ((*t)->wait_fd) {
+			int fd = (*t)->wait_fd();
+			if (fd >= 0)
+				return fd;
+		}
+	return -1;
+}
+
+uint64_t uls_transports_nap_ns(void)
+{
+	uint64_t nap = 0;
+
+	EACH(t)
+		if ((*t)->nap_ns) {
+			uint64_t n = (*t)->nap_ns();
+			if (n && (!nap || n < nap))
+				nap = n;
+		}
+	return nap;
+}

@@ -6,7 +6,7 @@
  * connection's operations table, c->tp, which is set when the connection is bound to a
  * transport and never changes afterwards.
  *
- * Two transports exist:
+ * Three transports exist:
  *   - kernel TCP (src/transport/kernel): the pass-through. Every connection starts on it,
  *     and one that never gets a fast path stays on it; its operations are the kernel's
  *     calls on the socket.
@@ -14,6 +14,8 @@
  *     connection of this transport that moves back to kernel TCP (protocol.md, section 8)
  *     keeps its table: the move is part of this transport's protocol, and its operations
  *     serve the connection on TCP from then on.
+ *   - the fabric (src/transport/fabric): libfabric between hosts, bound when a peer on
+ *     another host proves that it runs ulsock for this connection (docs/protocol.md 9).
  *
  * Every transport but kernel TCP is listed in the transport table (src/transport/list.h),
  * in the order the core asks them to take a new connection. Adding one is a folder under
@@ -73,6 +75,9 @@ struct uls_transport_ops {
 				      const struct uls_conn_hints *hints, char *why, size_t wlen);
 	/* The kernel's connect failed after connect took c: undo it (c is dropped next). */
 	void (*connect_failed)(struct uls_conn *c);
+	/* The kernel's connect on fd completed at once (not EINPROGRESS) after connect took
+	 * c: the transport may set the connection up now, within bounded time. May be NULL. */
+	void (*connected)(struct uls_conn *c, int fd);
 	/* An accepted socket fd (role ULS_SERVER, names filled in): as connect. */
 	enum uls_tp_answer (*accept)(struct uls_conn *c, int fd, char *why, size_t wlen);
 	/* A socket that reached this process without a conn (exec, SCM_RIGHTS, pidfd_getfd):
@@ -144,6 +149,12 @@ struct uls_transport_ops {
 	/* The program's sigaction for a signal the transport keeps (SIGBUS for shared
 	 * memory): 0 when it handled the call (*ret is the result), -1 otherwise. */
 	int (*sigaction)(int sig, const struct sigaction *act, struct sigaction *old, int *ret);
+	/* A descriptor that a sleeper in poll, select or epoll_wait adds to its kernel set
+	 * (readable when the transport may have news for its connections), or -1. */
+	int (*wait_fd)(void);
+	/* The longest such a sleeper may stay away, in ns, while the transport has work
+	 * that nothing wakes it for (a handshake under way); 0: no limit. */
+	uint64_t (*nap_ns)(void);
 };
 
 /* Kernel TCP, the pass-through (not in the table: every connection starts on it). */
@@ -159,6 +170,10 @@ void uls_transports_uid_changed(void);
 void uls_transports_atfork_child(void);
 void uls_transports_exec_begin(void);
 void uls_transports_exec_failed(void);
+/* The first wait descriptor of a transport of the table (wait_fd), or -1. */
+int uls_transports_wait_fd(void);
+/* The shortest nap_ns of the transports of the table that have a limit, or 0. */
+uint64_t uls_transports_nap_ns(void);
 int uls_transports_sigaction(int sig, const struct sigaction *act, struct sigaction *old,
 			     int *ret);
 

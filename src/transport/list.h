@@ -5,3 +5,4 @@
  * ULS_TP_TAKEN or ULS_TP_DECLINED decides. NAME's folder defines uls_NAME_transport.
  */
 ULS_TRANSPORT(shm)
+ULS_TRANSPORT(fabric)

@@ -242,7 +242,7 @@ int uls_fab_hdr_check(const struct uls_fab_hdr *h, int class_of_slot, uint32_t r
 
 /* 4-tuple */
 
-void uls_fab_tuple_pack(const struct uls_fab_tuple *t, uint8_t out[ULS_FAB_TUPLE_SIZE])
+void uls_fab_tuple_pack(const struct uls_fab_tuple4 *t, uint8_t out[ULS_FAB_TUPLE_SIZE])
 {
 	memcpy(out + T_CLIENT, t->client, sizeof(t->client));
 	memcpy(out + T_SERVER, t->server, sizeof(t->server));
@@ -250,7 +250,7 @@ void uls_fab_tuple_pack(const struct uls_fab_tuple *t, uint8_t out[ULS_FAB_TUPLE
 	put16(out + T_SERVER_PORT, t->server_port);
 }
 
-void uls_fab_tuple_unpack(struct uls_fab_tuple *t, const uint8_t in[ULS_FAB_TUPLE_SIZE])
+void uls_fab_tuple_unpack(struct uls_fab_tuple4 *t, const uint8_t in[ULS_FAB_TUPLE_SIZE])
 {
 	memcpy(t->client, in + T_CLIENT, sizeof(t->client));
 	memcpy(t->server, in + T_SERVER, sizeof(t->server));
@@ -285,7 +285,7 @@ static int pow2(uint32_t v)
 
 int uls_fab_connect_check(const struct uls_fab_connect *c)
 {
-	if (c->version != ULS_FAB_VERSION)
+	if (c->version != ULS_FAB_PROTO_VERSION)
 		return ULS_FAB_R_VERSION;
 	if ((c->flags & ~(ULS_FAB_CF_MAC | ULS_FAB_CF_NEED_WAKE)) != 0 ||
 	    !pow2(c->slot_size) || c->slot_size < ULS_FAB_SLOT_MIN ||

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ULS_FAB_VERSION 1
+#define ULS_FAB_PROTO_VERSION 1
 #define ULS_FAB_HDR_SIZE 24
 #define ULS_FAB_ADDR_MAX 256  /* a fabric address field */
 #define ULS_FAB_NONCE_SIZE 16 /* Nc, Ns */
@@ -112,7 +112,7 @@ struct uls_fab_hdr {
 
 /* The 4-tuple (9.2): addresses as IPv6 in network order (IPv4 mapped), ports in host
  * order here and little-endian on the wire. */
-struct uls_fab_tuple {
+struct uls_fab_tuple4 {
 	uint8_t client[16];
 	uint8_t server[16];
 	uint16_t client_port;
@@ -124,7 +124,7 @@ struct uls_fab_connect {
 	uint16_t version;
 	uint16_t flags;       /* ULS_FAB_CF_* */
 	uint32_t slot_size;   /* the sender's receive slots */
-	struct uls_fab_tuple tuple; /* the sender's view */
+	struct uls_fab_tuple4 tuple; /* the sender's view */
 	uint32_t conn_window; /* bytes the receiver may send before a window return */
 	uint8_t nc[ULS_FAB_NONCE_SIZE];
 	uint8_t ns[ULS_FAB_NONCE_SIZE];
@@ -211,8 +211,8 @@ void uls_fab_hdr_pack(const struct uls_fab_hdr *h, uint8_t out[ULS_FAB_HDR_SIZE]
 int uls_fab_hdr_parse(struct uls_fab_hdr *h, const void *buf, size_t len);
 int uls_fab_hdr_check(const struct uls_fab_hdr *h, int class_of_slot, uint32_t rx_slot_size);
 
-void uls_fab_tuple_pack(const struct uls_fab_tuple *t, uint8_t out[ULS_FAB_TUPLE_SIZE]);
-void uls_fab_tuple_unpack(struct uls_fab_tuple *t, const uint8_t in[ULS_FAB_TUPLE_SIZE]);
+void uls_fab_tuple_pack(const struct uls_fab_tuple4 *t, uint8_t out[ULS_FAB_TUPLE_SIZE]);
+void uls_fab_tuple_unpack(struct uls_fab_tuple4 *t, const uint8_t in[ULS_FAB_TUPLE_SIZE]);
 
 /*
  * CONNECT and ACCEPT. Check says why a decoded payload is out of 9.4's ranges: 0 when it

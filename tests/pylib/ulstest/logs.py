@@ -8,7 +8,7 @@ import re
 # ulsock[PID]: fd=N LOCAL -> PEER path=kernel reason=WORDS
 PATH_LINE = re.compile(
     r"^ulsock\[(?P<pid>\d+)\]: fd=(?P<fd>\d+) (?P<local>\S+) -> (?P<peer>\S+) "
-    r"path=(?P<path>shm|kernel)(?: reason=(?P<reason>.*))?$")
+    r"path=(?P<path>shm|kernel|fabric)(?: reason=(?P<reason>.*)| provider=(?P<provider>\S+))?$")
 
 # ulsock[PID]: fd=N LOCAL -> PEER closed: sent X bytes, received Y bytes in this process
 CLOSE_LINE = re.compile(r"^ulsock\[(\d+)\]: fd=(\d+) (\S+) -> (\S+) closed: sent (\d+) bytes, "

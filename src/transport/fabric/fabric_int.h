@@ -1,0 +1,191 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Internal to the fabric transport (docs/protocol.md, section 9): the state of a
+ * connection, the process's endpoint and what its files share: proc.c (the endpoint, its
+ * slots, progress and the dispatch of arrivals), setup.c (the gate, the directory and the
+ * handshake) and io.c (the data path, readiness and close).
+ *
+ * Locking: one mutex per process, fab.mu, covers the endpoint (FI_THREAD_DOMAIN) and
+ * every field of every connection below but the two TCP counters; tx_mu and rx_mu order a
+ * connection's senders and receivers and own tx_tcp and rx_tcp. Order: tx_mu or rx_mu,
+ * then fab.mu; nothing sleeps holding fab.mu.
+ */
+#ifndef ULS_FAB_INT_H
+#define ULS_FAB_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../../core/conn.h"
+#include "../../os/cpu.h"
+#include "dir.h"
+#include "endpoint.h"
+#include "msg.h"
+#include "pool.h"
+
+/* The libfabric tag of a receive slot is its class (protocol.md 9.2). */
+#define FAB_CLASS_HS ULS_FAB_CLASS_HANDSHAKE
+#define FAB_CLASS_CONN ULS_FAB_CLASS_CONN
+#define FAB_HDR ULS_FAB_HDR_SIZE
+
+/* Where the handshake of a connection stands. */
+enum fab_hs {
+	HS_CLI_CONNECTING, /* client: the kernel's connect has not completed yet */
+	HS_CLI_DIR,        /* client: asking the server host's directory */
+	HS_CLI_SENT,       /* client: CONNECT sent, waiting for ACCEPT (1 s) */
+	HS_CLI_ACCEPTED,   /* client: ACCEPT valid, the switch is this side's to make */
+	HS_SRV_REG,        /* server: registered, waiting for CONNECT (2 s) */
+	HS_SRV_ACCEPTED,   /* server: ACCEPT sent, waiting for the client's SWITCH */
+	HS_DONE,           /* both committed: each direction switches at its sender's will */
+	HS_FAILED,         /* stays on TCP for `why` */
+};
+
+struct fab_conn {
+	struct uls_conn *c;
+	struct fab_conn *next;  /* the process's list (fab.conns) */
+	struct fab_conn *hnext; /* its tag's bucket */
+	int fd;                 /* a descriptor of the socket when it was set up */
+	enum fab_hs hs;
+	int announced;        /* HS_DONE, and the path was logged (fab_step) */
+	uint64_t hs_deadline; /* ns */
+	char why[80];         /* HS_FAILED: why it stays on TCP */
+	struct uls_fab_dirq dq;
+	struct uls_fab_tuple tuple; /* this side's view (protocol.md 9.2) */
+	uint8_t nc[16], ns[16];
+	uint8_t connect_mac[ULS_FAB_MAC_SIZE]; /* the client's CONNECT mac, for ACCEPT's */
+	uint64_t tag, peer_tag; /* the tags this side and the peer receive on */
+	fi_addr_t peer;
+	uint32_t peer_slot;   /* the peer's slot size: DATA fits in it */
+	uint32_t peer_window; /* bytes this side may send before a return */
+	uint32_t rx_window;   /* bytes the peer may send before a return (a power of two) */
+
+	/* Sending. */
+	pthread_mutex_t tx_mu;
+	uint64_t tx_tcp;     /* data bytes sent on TCP (tx_mu) */
+	int tx_sw;           /* this side switched its sending direction */
+	int tx_never;        /* it never will (shut down, urgent data, O_ASYNC before it) */
+	uint64_t tx_sw_pos;  /* where: tx_tcp then */
+	uint64_t tx_fab;     /* data bytes sent on the fabric */
+	uint64_t tx_ret;     /* of these, returned by the peer's window */
+	uint32_t tx_seq;
+	uint32_t tx_flight;  /* sends posted, not completed */
+	int fin_sent;
+
+	/* Receiving. */
+	pthread_mutex_t rx_mu;
+	uint64_t rx_tcp;      /* data bytes read from TCP (rx_mu) */
+	int peer_sw;
+	uint64_t peer_sw_pos;
+	uint8_t *rxbuf;       /* rx_window bytes, a ring */
+	uint64_t rx_in, rx_out; /* fabric bytes arrived, and consumed */
+	uint64_t rx_ret;      /* consumed bytes returned to the peer */
+	uint32_t rx_seq;
+	int fin;              /* the peer's FIN came: its stream ends at fin_pos */
+	int peer_closed;      /* ...and its last holder closed */
+	uint64_t fin_pos;
+	int tcp_end;          /* the TCP stream ended (FIN or RST) while on the fabric */
+	uint64_t end_deadline; /* ...and a FIN on the fabric is awaited until then (ns) */
+	int err;              /* after the data: ECONNRESET, ETIMEDOUT */
+	_Atomic uint64_t gen; /* changes with every arrival (epoll's edges) */
+	int orphan;           /* a fork child's copy: the parent owns the fabric side */
+};
+
+static inline struct fab_conn *fab_of(struct uls_conn *c)
+{
+	struct fab_conn *f;
+
+	memcpy(&f, c->tp_state, sizeof(f));
+	return f;
+}
+
+/* The process's endpoint and connections (proc.c). */
+struct fab_proc {
+	pthread_mutex_t mu;
+	int state; /* 0: not opened, 1: open, -1: failed for `why` */
+	pid_t pid; /* the process that opened it (a fork child opens its own) */
+	char why[160];
+	struct uls_fab_ep ep;
+	struct uls_fab_pool rxp, txp;
+	struct fab_op *ops; /* one per slot: rx pool's, then tx pool's */
+	uint64_t ep_id;
+	struct fab_conn *conns;
+	struct fab_conn *bucket[1024];
+	int nconns;
+	struct fab_peer *peers;
+	int npeers, peers_cap;
+};
+
+extern struct fab_proc fab;
+extern const struct uls_transport_ops uls_fabric_transport;
+
+/* proc.c */
+/* Opens the endpoint once per process (fab.mu held), at the address of local, this
+ * side's end of the first connection: 0, or -1 with fab.why. */
+int fab_open_at(const struct sockaddr_storage *local);
+/* Reads completions and dispatches them (fab.mu held). */
+void fab_progress(void);
+/* Before a sleep on the wait descriptor (fab.mu held): 1 when it may sleep, 0 when
+ * completions wait (read them first). */
+int fab_trywait(void);
+/* The address vector entry of a peer's fabric address, made once: 0 or -1. */
+int fab_peer_addr(const uint8_t *addr, size_t len, fi_addr_t *out);
+/* Sends one message of class cls (header and payload already in a slot's bytes). */
+int fab_send(struct fab_conn *f, fi_addr_t dest, uint32_t cls, const void *msg, size_t len);
+/* The slot room a DATA message may fill for f, 0 when no TX slot is free. */
+size_t fab_tx_room(void);
+/* Sends DATA of n bytes taken from iov at skip (fab.mu held): 0 or -errno. */
+int fab_send_data(struct fab_conn *f, const struct iovec *iov, int iovcnt, size_t skip,
+		  size_t n);
+/* A connection message with no payload (CREDIT) or a packed one (SWITCH, FIN, RESET). */
+int fab_send_ctl(struct fab_conn *f, int type, const void *payload, size_t plen);
+/* CREDIT, SWITCH and FIN of f (fab.mu held): 0 or -errno. */
+int fab_send_credit(struct fab_conn *f);
+int fab_send_switch(struct fab_conn *f, uint64_t pos);
+int fab_send_fin(struct fab_conn *f, uint64_t pos, int close);
+void fab_tag_add(struct fab_conn *f);
+void fab_tag_del(struct fab_conn *f);
+struct fab_conn *fab_by_tag(uint64_t tag);
+uint64_t fab_random64(void);
+/* The connection broke a rule (9.11): it ends with ECONNRESET (fab.mu held). */
+void fab_violation(struct fab_conn *f, const char *what);
+
+/* The slot size of this process's receive slots. */
+uint32_t fab_slot_size(void);
+
+/* setup.c: the set-up operations of the table, and: */
+/* The key of ULSOCK_FABRIC_KEY, fab_key_len 0 without one (protocol.md 9.4). */
+#define ULS_FAB_KEY_MIN 32
+#define ULS_FAB_KEY_MAX 1024
+extern uint8_t fab_key[ULS_FAB_KEY_MAX];
+extern size_t fab_key_len;
+enum uls_tp_answer fab_connect(struct uls_conn *c, int fd, const struct sockaddr *dst,
+			       const struct uls_conn_hints *hints, char *why, size_t wlen);
+void fab_connect_failed(struct uls_conn *c);
+void fab_connected(struct uls_conn *c, int fd);
+enum uls_tp_answer fab_accept(struct uls_conn *c, int fd, char *why, size_t wlen);
+int fab_adopt(struct uls_conn *c, int fd);
+/* Off the process's lists, its tag dropped (fab.mu held); again is harmless. */
+void fab_unlist(struct fab_conn *f);
+/* Moves back to TCP before either direction switched, when that is still this side's to
+ * decide: 0, or -EBUSY (fab.mu held). */
+int fab_abandon(struct fab_conn *f);
+/* Advances f's handshake without blocking (no lock held); fd names the socket. */
+void fab_step(struct fab_conn *f, int fd);
+/* A handshake-class arrival whose header passed its checks (fab.mu held). */
+void fab_hs_arrival(const struct uls_fab_hdr *h, const uint8_t *payload);
+/* The sending direction switches now if it may (tx_mu held, not fab.mu). */
+void fab_maybe_switch(struct fab_conn *f);
+
+/* A handshake of f is under way that no completion may announce (fab.mu held, or a
+ * hint): the client's steps, the server's wait for CONNECT, and its first 2 s after
+ * ACCEPT, while the provider may still be connecting. */
+static inline int fab_handshaking(const struct fab_conn *f)
+{
+	if (f->orphan)
+		return 0;
+	return f->hs < HS_CLI_ACCEPTED || f->hs == HS_SRV_REG ||
+	       (f->hs == HS_SRV_ACCEPTED && uls_now_ns() < f->hs_deadline);
+}
+
+#endif

@@ -1,0 +1,765 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The fabric transport's data path, readiness and close (docs/protocol.md 9.6 to 9.8), and
+ * its table of operations.
+ *
+ * Each direction carries its first bytes on TCP and the rest on the fabric from the
+ * position its sender switched at: a receiver reads TCP up to the peer's SWITCH position,
+ * then the connection's receive buffer, into which progress copies DATA as it arrives.
+ * Sends copy into a slot and post it within the window the peer granted; nothing is
+ * queued for later. A waiter sleeps in the kernel on the TCP socket and the endpoint's
+ * wait descriptor, after fi_trywait said that no completion is left unread.
+ */
+#include "fabric_int.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <linux/sockios.h>
+
+#include "../../core/bell.h"
+#include "../../core/config.h"
+#include "../../core/log.h"
+#include "../../os/cpu.h"
+#include "../../os/libc.h"
+
+#define END_DRAIN_NS 20000000ull /* a FIN the kernel's overtook (9.8) */
+#define CLOSE_WAIT_MS 100
+
+static inline int on_tcp(struct uls_conn *c)
+{
+	return atomic_load(&c->path) == ULS_PATH_KERNEL;
+}
+
+/* The peer's direction continues on the fabric from here. */
+static inline int rx_on_fabric(struct fab_conn *f)
+{
+	return f->peer_sw && __atomic_load_n(&f->rx_tcp, __ATOMIC_RELAXED) >= f->peer_sw_pos;
+}
+
+static size_t iov_total(const struct iovec *iov, size_t n)
+{
+	size_t t = 0;
+
+	for (size_t i = 0; i < n; i++)
+		t += iov[i].iov_len;
+	return t;
+}
+
+/* Fills tmp (up to 64 entries) with the part of iov from skip, at most limit bytes. */
+static int iov_window(const struct iovec *iov, size_t n, size_t skip, size_t limit,
+		      struct iovec *tmp)
+{
+	int k = 0;
+
+	for (size_t i = 0; i < n && k < 64 && limit; i++) {
+		size_t l = iov[i].iov_len;
+		if (skip >= l) {
+			skip -= l;
+			continue;
+		}
+		size_t take = l - skip < limit ? l - skip : limit;
+		tmp[k++] = (struct iovec){(char *)iov[i].iov_base + skip, take};
+		limit -= take;
+		skip = 0;
+	}
+	return k;
+}
+
+static uint64_t deadline_of(uint64_t timeo_ns)
+{
+	return timeo_ns ? uls_now_ns() + timeo_ns : 0;
+}
+
+static void stat_add(_Atomic uint64_t *counter, size_t n)
+{
+	if (counter && n)
+		atomic_fetch_add_explicit(counter, n, memory_order_relaxed);
+}
+
+/* The TCP socket reported an end or bytes while this side reads the fabric. */
+static void note_tcp(struct fab_conn *f, int fd)
+{
+	char b;
+	ssize_t n = uls_libc.recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+
+	pthread_mutex_lock(&fab.mu);
+	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+		f->tcp_end = 1;
+	else if (n > 0 && rx_on_fabric(f))
+		fab_violation(f, "TCP bytes after the switch");
+	atomic_fetch_add(&f->gen, 1);
+	pthread_mutex_unlock(&fab.mu);
+}
+
+/*
+ * Sleeps until something may have changed for f: the TCP socket (its data before the
+ * peer's switch, or its end) or a completion. 0, -EAGAIN at the deadline, -EINTR.
+ */
+static int fab_wait(struct fab_conn *f, int fd, int rx, uint64_t deadline)
+{
+	struct pollfd p[2];
+	int n = 0, ms = -1, may;
+
+	pthread_mutex_lock(&fab.mu);
+	fab_progress();
+	may = fab.state > 0 && fab.pid == uls_pid() && fab_trywait();
+	if (may)
+		p[n++] = (struct pollfd){.fd = fab.ep.wait_fd, .events = POLLIN};
+	int tcp_events = rx && !rx_on_fabric(f) ? POLLIN | POLLRDHUP : POLLRDHUP;
+	if (!f->tcp_end)
+		p[n++] = (struct pollfd){.fd = fd, .events = (short)tcp_events};
+	pthread_mutex_unlock(&fab.mu);
+	if (!may && fab.pid == uls_pid() && fab.state > 0)
+		return 0; /* completions to read: the caller looks again */
+	/* A handshake in flight cannot wake anyone; another thread may read our completion. */
+	if (fab_handshaking(f) || !ULS_SINGLE_THREADED() || f->tcp_end)
+		ms = 1;
+	if (deadline) {
+		uint64_t now = uls_now_ns();
+		if (now >= deadline)
+			return -EAGAIN;
+		int left = (int)((deadline - now + 999999) / 1000000);
+		ms = ms < 0 || left < ms ? left : ms;
+	}
+	int r = uls_libc.poll(p, (nfds_t)n, ms);
+	if (r < 0)
+		return errno == EINTR ? -EINTR : 0;
+	if (!f->tcp_end && n && (p[n - 1].revents & (POLLRDHUP | POLLHUP | POLLERR)) &&
+	    (!rx || rx_on_fabric(f)))
+		note_tcp(f, fd);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ receive */
+
+/* Bytes of the receive buffer into msg from done on (fab.mu held). */
+static size_t copy_out(struct fab_conn *f, struct msghdr *msg, size_t done, size_t total,
+		       int flags)
+{
+	size_t avail = (size_t)(f->rx_in - f->rx_out), n = total - done < avail ? total - done : avail;
+	struct iovec tmp[64];
+	int k = iov_window(msg->msg_iov, msg->msg_iovlen, done, n, tmp);
+	uint64_t pos = f->rx_out;
+	size_t copied = 0;
+
+	for (int i = 0; i < k; i++) {
+		for (size_t o = 0; o < tmp[i].iov_len;) {
+			uint32_t at = (uint32_t)(pos & (f->rx_window - 1));
+			size_t run = f->rx_window - at;
+			if (run > tmp[i].iov_len - o)
+				run = tmp[i].iov_len - o;
+			if (!(flags & MSG_TRUNC))
+				memcpy((char *)tmp[i].iov_base + o, f->rxbuf + at, run);
+			o += run;
+			pos += run;
+			copied += run;
+		}
+	}
+	if (!(flags & MSG_PEEK)) {
+		f->rx_out += copied;
+		/* Half the window owed: returned at once (9.6). */
+		if (f->rx_out - f->rx_ret >= f->rx_window / 2)
+			fab_send_credit(f);
+	}
+	return copied;
+}
+
+/*
+ * The fabric part of a receive, one pass (fab.mu held): bytes copied (> 0), 0 at the end
+ * of the stream, -EAGAIN for nothing yet, or -errno.
+ */
+static ssize_t fabric_pass(struct fab_conn *f, struct msghdr *msg, size_t done, size_t total,
+			   int flags)
+{
+	fab_progress();
+	if (f->rx_in > f->rx_out)
+		return (ssize_t)copy_out(f, msg, done, total, flags);
+	if (f->fin)
+		return 0;
+	if (f->err)
+		return -f->err;
+	if (f->tcp_end) {
+		/* The peer's socket ended without a FIN on the fabric: wait a little for one
+		 * the kernel's overtook, then it died (9.8). */
+		uint64_t now = uls_now_ns();
+		if (!f->end_deadline)
+			f->end_deadline = now + END_DRAIN_NS;
+		if (now >= f->end_deadline) {
+			f->err = ECONNRESET;
+			return -ECONNRESET;
+		}
+	}
+	return -EAGAIN;
+}
+
+/* The TCP part: what is before the peer's switch position; as the kernel's recv. */
+static ssize_t tcp_pass(struct uls_conn *c, struct fab_conn *f, int fd, struct msghdr *msg,
+			size_t done, size_t total, int flags)
+{
+	size_t limit = total - done;
+	struct iovec tmp[64];
+
+	if (f->peer_sw && f->peer_sw_pos - f->rx_tcp < limit)
+		limit = (size_t)(f->peer_sw_pos - f->rx_tcp);
+	struct msghdr m = *msg;
+	m.msg_iov = tmp;
+	m.msg_iovlen = (size_t)iov_window(msg->msg_iov, msg->msg_iovlen, done, limit, tmp);
+	ssize_t n = uls_libc.recvmsg(uls_conn_fd(c, fd), &m, (flags & ~MSG_WAITALL) | MSG_DONTWAIT);
+	if (n < 0)
+		return -errno;
+	msg->msg_flags = m.msg_flags;
+	if (n > 0 && !(flags & MSG_PEEK))
+		__atomic_store_n(&f->rx_tcp, f->rx_tcp + (uint64_t)n, __ATOMIC_RELAXED);
+	return n;
+}
+
+/* TCP ended before the peer's switch was seen: a SWITCH may still be on its way. */
+static int switch_may_come(struct fab_conn *f)
+{
+	return f->hs == HS_DONE || f->hs == HS_SRV_ACCEPTED || f->hs == HS_CLI_ACCEPTED;
+}
+
+static ssize_t recv_locked(struct uls_conn *c, struct fab_conn *f, int fd, struct msghdr *msg,
+			   int flags)
+{
+	size_t total = iov_total(msg->msg_iov, msg->msg_iovlen), done = 0;
+	size_t target = (flags & MSG_WAITALL) && !(flags & MSG_PEEK) ? total : 1;
+	int nonblock = (flags & MSG_DONTWAIT) || atomic_load(&c->nonblock);
+	uint64_t deadline = deadline_of(c->rcvtimeo_ns), tcp_end_at = 0;
+	ssize_t n;
+
+	if (total == 0)
+		return 0;
+	for (;;) {
+		if (!rx_on_fabric(f)) {
+			n = tcp_pass(c, f, fd, msg, done, total, flags);
+			if (n > 0) {
+				done += (size_t)n;
+				if (done >= target || (flags & MSG_PEEK))
+					break;
+				continue;
+			}
+			if (n == 0) {
+				/* The end of TCP: final unless a SWITCH at this position comes. */
+				pthread_mutex_lock(&fab.mu);
+				fab_progress();
+				int wait = !f->peer_sw && switch_may_come(f) && !f->err;
+				int bad = f->peer_sw && !rx_on_fabric(f) && f->peer_sw_pos != UINT64_MAX;
+				pthread_mutex_unlock(&fab.mu);
+				if (rx_on_fabric(f))
+					continue;
+				if (bad)
+					return done ? (ssize_t)done : -ECONNRESET;
+				if (wait) {
+					uint64_t now = uls_now_ns();
+					if (!tcp_end_at)
+						tcp_end_at = now + END_DRAIN_NS;
+					if (now < tcp_end_at) {
+						fab_wait(f, fd, 0, tcp_end_at);
+						continue;
+					}
+				}
+				break;
+			}
+			if (n != -EAGAIN)
+				return done ? (ssize_t)done : n;
+			pthread_mutex_lock(&fab.mu);
+			fab_progress();
+			pthread_mutex_unlock(&fab.mu);
+			if (rx_on_fabric(f))
+				continue;
+		} else {
+			pthread_mutex_lock(&fab.mu);
+			n = fabric_pass(f, msg, done, total, flags);
+			pthread_mutex_unlock(&fab.mu);
+			if (n > 0) {
+				done += (size_t)n;
+				if (done >= target || (flags & MSG_PEEK))
+					break;
+				continue;
+			}
+			if (n == 0)
+				break;
+			if (n != -EAGAIN) {
+				if (done)
+					break;
+				/* A reset is reported once, then the stream reads as ended. */
+				if (n == -ECONNRESET && atomic_exchange(&c->reset_seen, 1))
+					return 0;
+				return n;
+			}
+		}
+		if (done && !(flags & MSG_WAITALL))
+			break;
+		if (nonblock)
+			return done ? (ssize_t)done : -EAGAIN;
+		int r = fab_wait(f, fd, 1, deadline);
+		if (r < 0)
+			return done ? (ssize_t)done : r;
+	}
+	return (ssize_t)done;
+}
+
+static ssize_t fab_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags)
+{
+	struct fab_conn *f = fab_of(c);
+
+	fab_step(f, fd);
+	if (on_tcp(c) || (flags & MSG_ERRQUEUE))
+		return uls_kernel_transport.recv(c, fd, msg, flags);
+	if (flags & MSG_OOB) /* urgent data never travels on the fabric */
+		return rx_on_fabric(f) ? -EINVAL : uls_kernel_transport.recv(c, fd, msg, flags);
+	if (f->orphan && (f->peer_sw || f->hs == HS_DONE))
+		return -ECONNRESET;
+	pthread_mutex_lock(&f->rx_mu);
+	ssize_t n = recv_locked(c, f, fd, msg, flags);
+	pthread_mutex_unlock(&f->rx_mu);
+	if (n > 0 && !(flags & MSG_PEEK))
+		stat_add(c->stat ? &c->stat->rx_bytes : NULL, (size_t)n);
+	return n;
+}
+
+/* ------------------------------------------------------------------ send */
+
+static ssize_t send_epipe(int flags)
+{
+	if (!(flags & MSG_NOSIGNAL))
+		raise(SIGPIPE);
+	return -EPIPE;
+}
+
+/* Fabric sends from the switch on (tx_mu held). */
+static ssize_t send_fabric(struct uls_conn *c, struct fab_conn *f, int fd,
+			   const struct iovec *iov, int iovcnt, int flags)
+{
+	size_t total = iov_total(iov, (size_t)iovcnt), sent = 0;
+	int nonblock = (flags & MSG_DONTWAIT) || atomic_load(&c->nonblock);
+	uint64_t deadline = deadline_of(c->sndtimeo_ns);
+
+	if (atomic_load(&c->shut_wr))
+		return send_epipe(flags);
+	for (;;) {
+		pthread_mutex_lock(&fab.mu);
+		fab_progress();
+		if (f->err) {
+			int e = f->err;
+			pthread_mutex_unlock(&fab.mu);
+			if (sent)
+				break;
+			if (e == ECONNRESET && !atomic_exchange(&c->reset_seen, 1))
+				return -ECONNRESET;
+			return send_epipe(flags);
+		}
+		if (f->peer_closed || f->tcp_end) {
+			/* Nobody reads the fabric any more: the kernel's TCP answers as it would
+			 * (it takes this send, and the peer's reset fails a later one). */
+			pthread_mutex_unlock(&fab.mu);
+			if (sent)
+				break;
+			return uls_kernel_transport.send(c, fd, iov, iovcnt, flags);
+		}
+		while (sent < total) {
+			size_t room = f->peer_window - (size_t)(f->tx_fab - f->tx_ret);
+			size_t slot = fab_tx_room(), n = total - sent;
+			if (slot > f->peer_slot - FAB_HDR)
+				slot = f->peer_slot - FAB_HDR;
+			n = n < room ? n : room;
+			n = n < slot ? n : slot;
+			if (n == 0 || fab_send_data(f, iov, iovcnt, sent, n) < 0)
+				break;
+			sent += n;
+		}
+		pthread_mutex_unlock(&fab.mu);
+		if (sent == total || (sent && nonblock))
+			break;
+		if (nonblock)
+			return -EAGAIN;
+		int r = fab_wait(f, fd, 0, deadline);
+		if (r < 0) {
+			if (sent)
+				break;
+			return r;
+		}
+	}
+	return (ssize_t)sent;
+}
+
+static ssize_t fab_tx(struct uls_conn *c, int fd, const struct iovec *iov, int iovcnt,
+		      int flags)
+{
+	struct fab_conn *f = fab_of(c);
+	ssize_t n;
+
+	fab_step(f, fd);
+	if (on_tcp(c))
+		return uls_kernel_transport.send(c, fd, iov, iovcnt, flags);
+	if (f->orphan && (f->tx_sw || f->hs == HS_DONE))
+		return send_epipe(flags);
+	pthread_mutex_lock(&f->tx_mu);
+	if (flags & MSG_OOB)
+		f->tx_never = !f->tx_sw; /* urgent data keeps the direction on TCP */
+	fab_maybe_switch(f);
+	if (!f->tx_sw) {
+		n = uls_kernel_transport.send(c, fd, iov, iovcnt, flags);
+		if (n > 0)
+			f->tx_tcp += (uint64_t)n;
+	} else if (flags & MSG_OOB) {
+		n = -EOPNOTSUPP;
+	} else {
+		n = send_fabric(c, f, fd, iov, iovcnt, flags);
+	}
+	pthread_mutex_unlock(&f->tx_mu);
+	if (n > 0)
+		stat_add(c->stat ? &c->stat->tx_bytes : NULL, (size_t)n);
+	return n;
+}
+
+static int fab_shutdown(struct uls_conn *c, int fd, int how)
+{
+	struct fab_conn *f = fab_of(c);
+	int r = 0;
+
+	fab_step(f, fd);
+	if (on_tcp(c))
+		return uls_kernel_transport.shutdown(c, fd, how);
+	if (how == SHUT_RD || how == SHUT_RDWR)
+		r = uls_kernel_transport.shutdown(c, fd, SHUT_RD);
+	if (r < 0 || how == SHUT_RD)
+		return r;
+	pthread_mutex_lock(&f->tx_mu);
+	if (f->tx_sw) {
+		pthread_mutex_lock(&fab.mu);
+		if (!f->fin_sent && !f->err && fab_send_fin(f, f->tx_sw_pos + f->tx_fab, 0) == 0)
+			f->fin_sent = 1;
+		pthread_mutex_unlock(&fab.mu);
+	} else {
+		/* Before its switch: a real shutdown, and the direction stays on TCP. */
+		f->tx_never = 1;
+		r = uls_kernel_transport.shutdown(c, fd, SHUT_WR);
+	}
+	pthread_mutex_unlock(&f->tx_mu);
+	return r;
+}
+
+/* ------------------------------------------------------------------ readiness */
+
+static int fab_kernel_parts(struct uls_conn *c)
+{
+	struct fab_conn *f = fab_of(c);
+	int parts = 0;
+
+	if (on_tcp(c))
+		return ULS_KERNEL_RX | ULS_KERNEL_TX;
+	if (!rx_on_fabric(f))
+		parts |= ULS_KERNEL_RX;
+	if (!f->tx_sw)
+		parts |= ULS_KERNEL_TX;
+	return parts;
+}
+
+static int fab_ready(struct uls_conn *c, int events)
+{
+	struct fab_conn *f = fab_of(c);
+	int r = 0;
+
+	if (on_tcp(c))
+		return 0;
+	fab_step(f, f->fd);
+	if (on_tcp(c))
+		return 0;
+	pthread_mutex_lock(&fab.mu);
+	fab_progress();
+	if (rx_on_fabric(f)) {
+		if (f->rx_in > f->rx_out || f->fin || f->err || f->tcp_end)
+			r |= POLLIN;
+		if (f->fin || f->tcp_end)
+			r |= POLLRDHUP;
+	}
+	if (f->tx_sw && (f->err || f->peer_closed || f->tcp_end ||
+			 (f->peer_window > f->tx_fab - f->tx_ret && fab_tx_room())))
+		r |= POLLOUT;
+	if (f->err)
+		r |= POLLIN | POLLOUT | POLLERR | POLLHUP;
+	pthread_mutex_unlock(&fab.mu);
+	return r & (events | POLLERR | POLLHUP);
+}
+
+/* Before a sleep: no completion left unread, so the wait descriptor will report the next
+ * (the sleeper's set holds it: transport.h, wait_fd). */
+static void fab_arm(struct uls_conn *c, int events)
+{
+	(void)events;
+	if (on_tcp(c))
+		return;
+	pthread_mutex_lock(&fab.mu);
+	if (fab.state > 0 && fab.pid == uls_pid())
+		fab_trywait();
+	pthread_mutex_unlock(&fab.mu);
+}
+
+static void fab_drain(struct uls_conn *c, int fd)
+{
+	if (!on_tcp(c))
+		note_tcp(fab_of(c), uls_conn_fd(c, fd));
+}
+
+static int fab_sleep_recv(struct uls_conn *c, int fd)
+{
+	(void)c;
+	(void)fd;
+	return 0;
+}
+
+static uint64_t fab_gen(struct uls_conn *c, int events)
+{
+	(void)events;
+	return on_tcp(c) ? 0 : atomic_load(&fab_of(c)->gen);
+}
+
+static int fab_inq(struct uls_conn *c, int fd, int *out)
+{
+	struct fab_conn *f = fab_of(c);
+
+	if (on_tcp(c) || !rx_on_fabric(f)) {
+		int r = uls_kernel_transport.inq(c, fd, out);
+		if (r == 0 && !on_tcp(c) && f->peer_sw && (uint64_t)*out > f->peer_sw_pos - f->rx_tcp)
+			*out = (int)(f->peer_sw_pos - f->rx_tcp);
+		return r;
+	}
+	pthread_mutex_lock(&fab.mu);
+	fab_progress();
+	uint64_t n = f->rx_in - f->rx_out;
+	pthread_mutex_unlock(&fab.mu);
+	*out = n > INT32_MAX ? INT32_MAX : (int)n;
+	return 0;
+}
+
+static int fab_outq(struct uls_conn *c, int fd, int *out)
+{
+	struct fab_conn *f = fab_of(c);
+	int r = uls_kernel_transport.outq(c, fd, out);
+
+	if (r == 0 && !on_tcp(c) && f->tx_sw) {
+		pthread_mutex_lock(&fab.mu);
+		*out += (int)(f->tx_fab - f->tx_ret);
+		pthread_mutex_unlock(&fab.mu);
+	}
+	return r;
+}
+
+static int fab_atmark(struct uls_conn *c, int fd, int *out)
+{
+	return uls_kernel_transport.atmark(c, fd, out);
+}
+
+/* ------------------------------------------------------------------ back to TCP */
+
+static int fab_revert(struct uls_conn *c, int fd, int timeout_ms)
+{
+	struct fab_conn *f = fab_of(c);
+	int r;
+
+	(void)timeout_ms;
+	if (on_tcp(c))
+		return 0;
+	pthread_mutex_lock(&f->tx_mu);
+	pthread_mutex_lock(&fab.mu);
+	r = fab_abandon(f);
+	pthread_mutex_unlock(&fab.mu);
+	pthread_mutex_unlock(&f->tx_mu);
+	if (r == 0)
+		uls_conn_set_kernel(c, fd, f->why);
+	return r;
+}
+
+static int fab_tx_to_kernel(struct uls_conn *c, int fd)
+{
+	struct fab_conn *f = fab_of(c);
+	int r = 0;
+
+	(void)fd;
+	if (on_tcp(c))
+		return 0;
+	pthread_mutex_lock(&f->tx_mu);
+	if (f->tx_sw)
+		r = -EBUSY;
+	else
+		f->tx_never = 1;
+	pthread_mutex_unlock(&f->tx_mu);
+	return r;
+}
+
+static void fab_async(struct uls_conn *c, int fd)
+{
+	fab_revert(c, fd, 0);
+}
+
+static void fab_settled(struct uls_conn *c)
+{
+	(void)c;
+}
+
+/* ------------------------------------------------------------------ close */
+
+/* The last close (9.8): FIN with CLOSE after the switch, up to 100 ms for this
+ * connection's sends to complete, then nothing of it stays in the process. */
+static void fab_closing(struct uls_conn *c, int fd)
+{
+	struct fab_conn *f = fab_of(c);
+
+	/* One last look: a handshake that ended meanwhile says how. */
+	fab_step(f, fd);
+	pthread_mutex_lock(&f->tx_mu);
+	pthread_mutex_lock(&fab.mu);
+	if (!on_tcp(c) && !f->orphan) {
+		if (f->tx_sw && !f->err) {
+			/* After a FIN of shutdown: the CLOSE one still says the holder left. */
+			fab_send_fin(f, f->tx_sw_pos + f->tx_fab, 1);
+			f->fin_sent = 1;
+		} else if (!f->tx_sw && !f->peer_sw && fab_abandon(f) == 0) {
+			/* It lived on TCP: its path says so, and why. */
+			pthread_mutex_unlock(&fab.mu);
+			pthread_mutex_unlock(&f->tx_mu);
+			uls_conn_set_kernel(c, fd, "fabric: closed before the handshake ended");
+			pthread_mutex_lock(&f->tx_mu);
+			pthread_mutex_lock(&fab.mu);
+		}
+	}
+	pthread_mutex_unlock(&fab.mu);
+	pthread_mutex_unlock(&f->tx_mu);
+	for (int i = 0; i < CLOSE_WAIT_MS && !f->orphan; i++) {
+		pthread_mutex_lock(&fab.mu);
+		fab_progress();
+		uint32_t flight = f->tx_flight;
+		int may = flight && fab.state > 0 && fab_trywait();
+		pthread_mutex_unlock(&fab.mu);
+		if (!flight)
+			break;
+		if (may) {
+			struct pollfd p = {.fd = fab.ep.wait_fd, .events = POLLIN};
+			uls_libc.poll(&p, 1, 1);
+		}
+	}
+	uls_fab_dirq_fini(&f->dq);
+	pthread_mutex_lock(&fab.mu);
+	fab_unlist(f);
+	pthread_mutex_unlock(&fab.mu);
+	if (f->announced && uls_cfg.log_level >= ULS_LOG_INFO)
+		uls_info("fd=%d fabric: sent %llu bytes on TCP and %llu on the fabric, received %llu "
+			 "on TCP and %llu on the fabric", fd, (unsigned long long)f->tx_tcp,
+			 (unsigned long long)f->tx_fab, (unsigned long long)f->rx_tcp,
+			 (unsigned long long)f->rx_in);
+}
+
+static int fab_close(struct uls_conn *c, int fd)
+{
+	return uls_kernel_transport.close(c, fd);
+}
+
+static void fab_wake(struct uls_conn *c)
+{
+	(void)c; /* sleepers look again within a slice (fab_wait) */
+}
+
+static void fab_destroy(struct uls_conn *c)
+{
+	struct fab_conn *f = fab_of(c);
+
+	if (!f)
+		return;
+	pthread_mutex_lock(&fab.mu);
+	fab_unlist(f);
+	pthread_mutex_unlock(&fab.mu);
+	uls_fab_dirq_fini(&f->dq);
+	pthread_mutex_destroy(&f->tx_mu);
+	pthread_mutex_destroy(&f->rx_mu);
+	free(f->rxbuf);
+	free(f);
+	memset(c->tp_state, 0, sizeof(f));
+}
+
+static int fab_joined(struct uls_conn *c)
+{
+	(void)c;
+	return 0;
+}
+
+static void fab_tcp_info(struct uls_conn *c, void *info, socklen_t len)
+{
+	(void)c;
+	(void)info;
+	(void)len;
+}
+
+/* ------------------------------------------------------------------ the process */
+
+/* In a fork child: the parent keeps the endpoint and every connection's fabric side
+ * (9.9). Connections that had not switched stay on TCP here. */
+static void fab_atfork_child(void)
+{
+	pthread_mutex_init(&fab.mu, NULL);
+	for (struct fab_conn *f = fab.conns; f; f = f->next) {
+		f->orphan = 1;
+		pthread_mutex_init(&f->tx_mu, NULL);
+		pthread_mutex_init(&f->rx_mu, NULL);
+	}
+}
+
+static int fab_wait_fd(void)
+{
+	return fab.state > 0 && fab.pid == uls_pid() && fab.nconns > 0 ? fab.ep.wait_fd : -1;
+}
+
+/* While a handshake is under way, sleepers look every millisecond: the provider's
+ * connection set-up, the directory's answer and a deadline wake no one (9.7). */
+static uint64_t fab_nap_ns(void)
+{
+	uint64_t nap = 0;
+
+	if (!fab.nconns)
+		return 0;
+	pthread_mutex_lock(&fab.mu);
+	for (struct fab_conn *f = fab.conns; f && !nap; f = f->next)
+		if (fab_handshaking(f))
+			nap = 1000000;
+	pthread_mutex_unlock(&fab.mu);
+	return nap;
+}
+
+const struct uls_transport_ops uls_fabric_transport = {
+	.name = "fabric",
+	.connect = fab_connect,
+	.connect_failed = fab_connect_failed,
+	.connected = fab_connected,
+	.accept = fab_accept,
+	.adopt = fab_adopt,
+	.send = fab_tx,
+	.recv = fab_recv,
+	.shutdown = fab_shutdown,
+	.kernel_parts = fab_kernel_parts,
+	.ready = fab_ready,
+	.arm = fab_arm,
+	.drain = fab_drain,
+	.sleep_recv = fab_sleep_recv,
+	.gen = fab_gen,
+	.inq = fab_inq,
+	.outq = fab_outq,
+	.atmark = fab_atmark,
+	.revert = fab_revert,
+	.tx_to_kernel = fab_tx_to_kernel,
+	.async = fab_async,
+	.settled = fab_settled,
+	.closing = fab_closing,
+	.close = fab_close,
+	.wake = fab_wake,
+	.destroy = fab_destroy,
+	.joined = fab_joined,
+	.tcp_info = fab_tcp_info,
+	.atfork_child = fab_atfork_child,
+	.wait_fd = fab_wait_fd,
+	.nap_ns = fab_nap_ns,
+};

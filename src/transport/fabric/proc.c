@@ -1,0 +1,608 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The process's side of the fabric (fabric_int.h): its endpoint, opened at the first
+ * connection that needs it; its slots (posted receives and sends); progress, which reads
+ * completions in the program's own calls only; and the dispatch of what arrives to the
+ * connections by tag (docs/protocol.md 9.2, 9.5, 9.6, 9.11).
+ */
+#include "fabric_int.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "../../core/config.h"
+#include "../../core/log.h"
+#include "../../os/cpu.h"
+#include "../../os/guard.h"
+#include "lib.h"
+
+struct fab_proc fab = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* What a posted slot is doing: its completion's context. */
+struct fab_op {
+	struct fi_context ctx; /* first: the completion gives its address back */
+	uint32_t idx;
+	uint8_t rx;     /* a receive slot (else a send's) */
+	uint8_t cls;    /* a receive's class */
+	uint8_t posted;
+	uint32_t len;   /* a send's */
+	uint64_t since; /* a deferred send's first try (ns) */
+	uint64_t tag;   /* a send's connection (its own tag), 0 for handshakes */
+	fi_addr_t dest;
+};
+
+struct fab_peer {
+	uint8_t addr[ULS_FAB_ADDR_MAX];
+	size_t len;
+	fi_addr_t fi;
+};
+
+#define SLOT_SIZE 8192u
+
+/* Sends deferred until the provider takes them (post_tx), oldest first. */
+static struct fab_op **deferred;
+static uint32_t def_n;
+#define HS_SLOTS 16u
+
+uint64_t fab_random64(void)
+{
+	uint64_t v = 0;
+
+	while (v == 0)
+		if (getrandom(&v, sizeof(v), 0) != sizeof(v))
+			v = (uint64_t)uls_now_ns() * 0x9e3779b97f4a7c15ull; /* never: getrandom */
+	return v;
+}
+
+static int post_rx(struct fab_op *op)
+{
+	ssize_t r = uls_fab_ep_trecv(&fab.ep, uls_fab_slot(&fab.rxp, op->idx), SLOT_SIZE,
+				     fab.rxp.desc, FI_ADDR_UNSPEC, op->cls, 0, &op->ctx);
+
+	op->posted = r == 0;
+	return (int)r;
+}
+
+/* A receive not posted for lack of room in the provider is posted at the next progress. */
+static void repost_all(void)
+{
+	for (uint32_t i = 0; i < fab.rxp.nslots; i++)
+		if (!fab.ops[i].posted && post_rx(&fab.ops[i]) != 0)
+			return;
+}
+
+static const char *software[] = {"tcp", "net", "udp", "sockets", "shm"};
+
+static int is_software(const char *prov)
+{
+	char first[32];
+	size_t n = strcspn(prov, ";");
+
+	snprintf(first, sizeof(first), "%.*s", (int)(n < sizeof(first) ? n : sizeof(first) - 1),
+		 prov);
+	for (size_t i = 0; i < sizeof(software) / sizeof(software[0]); i++)
+		if (strcmp(first, software[i]) == 0)
+			return 1;
+	return 0;
+}
+
+static int open_failed(const char *fmt, const char *detail)
+{
+	snprintf(fab.why, sizeof(fab.why), fmt, detail);
+	fab.state = -1;
+	return -1;
+}
+
+/* The node libfabric binds to: the address of the first connection's own end. */
+static const char *node_of(const struct sockaddr_storage *local, char *buf, size_t len)
+{
+	if (local->ss_family == AF_INET)
+		return inet_ntop(AF_INET, &((const struct sockaddr_in *)local)->sin_addr, buf,
+				 (socklen_t)len);
+	if (local->ss_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)local)->sin6_addr;
+		if (IN6_IS_ADDR_V4MAPPED(a))
+			return inet_ntop(AF_INET, &a->s6_addr[12], buf, (socklen_t)len);
+		return inet_ntop(AF_INET6, a, buf, (socklen_t)len);
+	}
+	return NULL;
+}
+
+int fab_open_at(const struct sockaddr_storage *local)
+{
+	const char *prov = uls_cfg.fabric_provider;
+	char why[128], node[64];
+	uint32_t nrx, ntx;
+
+	if (fab.state != 0 && fab.pid == uls_pid())
+		return fab.state > 0 ? 0 : -1;
+	if (fab.pid != uls_pid()) {
+		/* A fork child: the parent's objects stay the parent's (protocol.md 9.9). */
+		memset(&fab.ep, 0, sizeof(fab.ep));
+		memset(&fab.rxp, 0, sizeof(fab.rxp));
+		memset(&fab.txp, 0, sizeof(fab.txp));
+		fab.ops = NULL;
+		fab.npeers = 0;
+		fab.state = 0;
+	}
+	fab.pid = uls_pid();
+	if (prov && strcmp(prov, "off") == 0)
+		return open_failed("%s", "ULSOCK_FABRIC_PROVIDER is off");
+	if (uls_fab_ep_open(&fab.ep, prov, node_of(local, node, sizeof(node)), why,
+			    sizeof(why)) < 0)
+		return open_failed("%s", why);
+	if (!prov && is_software(fab.ep.prov)) {
+		uls_fab_ep_close(&fab.ep);
+		return open_failed("no hardware provider (%s is software: name it in "
+				   "ULSOCK_FABRIC_PROVIDER to use it)", fab.ep.prov);
+	}
+	if (fab.ep.wait_fd < 0) {
+		snprintf(why, sizeof(why), "%s", fab.ep.prov);
+		uls_fab_ep_close(&fab.ep);
+		return open_failed("provider %.32s has no wait descriptor: not supported yet", why);
+	}
+	nrx = (uint32_t)(uls_fab_pool_budget(1) / SLOT_SIZE);
+	ntx = (uint32_t)(uls_fab_pool_budget(0) / SLOT_SIZE);
+	nrx = nrx > 256 ? 256 : nrx;
+	ntx = ntx > 128 ? 128 : ntx;
+	if (nrx < 2 * HS_SLOTS || ntx < 8) {
+		uls_fab_ep_close(&fab.ep);
+		return open_failed("%s", "RLIMIT_MEMLOCK too low for the slot pools");
+	}
+	if (uls_fab_pool_open(&fab.rxp, &fab.ep, SLOT_SIZE, nrx, FI_RECV, why, sizeof(why)) < 0 ||
+	    uls_fab_pool_open(&fab.txp, &fab.ep, SLOT_SIZE, ntx, FI_SEND, why, sizeof(why)) < 0) {
+		uls_fab_pool_close(&fab.rxp);
+		uls_fab_ep_close(&fab.ep);
+		return open_failed("%s", why);
+	}
+	fab.ops = calloc(nrx + ntx, sizeof(*fab.ops));
+	free(deferred);
+	deferred = calloc(ntx, sizeof(*deferred));
+	def_n = 0;
+	if (!fab.ops || !deferred) {
+		uls_fab_pool_close(&fab.txp);
+		uls_fab_pool_close(&fab.rxp);
+		uls_fab_ep_close(&fab.ep);
+		return open_failed("%s", "out of memory");
+	}
+	for (uint32_t i = 0; i < nrx; i++) {
+		uint32_t idx;
+		uls_fab_pool_get(&fab.rxp, &idx); /* receive slots are never given back */
+		fab.ops[i] = (struct fab_op){.idx = idx, .rx = 1,
+					     .cls = i < HS_SLOTS ? FAB_CLASS_HS : FAB_CLASS_CONN};
+		post_rx(&fab.ops[i]);
+	}
+	for (uint32_t i = 0; i < ntx; i++)
+		fab.ops[nrx + i] = (struct fab_op){.idx = i};
+	fab.ep_id = fab_random64();
+	fab.state = 1;
+	uls_info("fabric: provider %s, fabric %s, %u receive and %u send slots of %u bytes",
+		 fab.ep.prov, fab.ep.fabric_name, nrx, ntx, SLOT_SIZE);
+	return 0;
+}
+
+int fab_peer_addr(const uint8_t *addr, size_t len, fi_addr_t *out)
+{
+	for (int i = 0; i < fab.npeers; i++)
+		if (fab.peers[i].len == len && memcmp(fab.peers[i].addr, addr, len) == 0) {
+			*out = fab.peers[i].fi;
+			return 0;
+		}
+	if (fab.npeers == fab.peers_cap) {
+		int cap = fab.peers_cap ? 2 * fab.peers_cap : 8;
+		struct fab_peer *p = realloc(fab.peers, (size_t)cap * sizeof(*p));
+		if (!p)
+			return -1;
+		fab.peers = p;
+		fab.peers_cap = cap;
+	}
+	struct fab_peer *p = &fab.peers[fab.npeers];
+	if (len == 0 || len > sizeof(p->addr) || uls_fab_ep_insert(&fab.ep, addr, len, &p->fi) < 0)
+		return -1;
+	memcpy(p->addr, addr, len);
+	p->len = len;
+	fab.npeers++;
+	*out = p->fi;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ tags */
+
+static unsigned bucket_of(uint64_t tag)
+{
+	return (unsigned)((tag * 0x9e3779b97f4a7c15ull) >> 54);
+}
+
+void fab_tag_add(struct fab_conn *f)
+{
+	unsigned b = bucket_of(f->tag);
+
+	f->hnext = fab.bucket[b];
+	fab.bucket[b] = f;
+}
+
+void fab_tag_del(struct fab_conn *f)
+{
+	for (struct fab_conn **p = &fab.bucket[bucket_of(f->tag)]; *p; p = &(*p)->hnext)
+		if (*p == f) {
+			*p = f->hnext;
+			return;
+		}
+}
+
+struct fab_conn *fab_by_tag(uint64_t tag)
+{
+	struct fab_conn *f = fab.bucket[bucket_of(tag)];
+
+	while (f && f->tag != tag)
+		f = f->hnext;
+	return f;
+}
+
+/* ------------------------------------------------------------------ sending */
+
+static void tx_done(struct fab_op *op, int err);
+
+static struct fab_op *tx_op(uint8_t **slot)
+{
+	uint32_t idx;
+	void *s = uls_fab_pool_get(&fab.txp, &idx);
+
+	if (!s)
+		return NULL;
+	*slot = s;
+	return &fab.ops[fab.rxp.nslots + idx];
+}
+
+uint32_t fab_slot_size(void)
+{
+	return SLOT_SIZE;
+}
+
+size_t fab_tx_room(void)
+{
+	return fab.txp.nfree ? SLOT_SIZE - FAB_HDR : 0;
+}
+
+/*
+ * Sends the provider could not take yet (-FI_EAGAIN: rxm, for one, while it connects to a
+ * new peer) that must not be dropped: handshakes and control messages. Each holds its TX
+ * slot. Every progress posts what it can, in order per peer: a peer that takes nothing
+ * holds up only its own messages, and what waits for it 10 s fails like a send that never
+ * completes (9.8). While a peer has messages waiting, its DATA waits too, so the order a
+ * peer sees is the order they were made.
+ */
+#define DEFER_MAX_NS 10000000000ull
+
+static ssize_t tsend(struct fab_op *op)
+{
+	return uls_fab_ep_tsend(&fab.ep, uls_fab_slot(&fab.txp, op->idx), op->len, fab.txp.desc,
+				op->dest, op->cls, &op->ctx);
+}
+
+static int dest_waits(fi_addr_t dest, uint32_t upto)
+{
+	for (uint32_t i = 0; i < upto; i++)
+		if (deferred[i]->dest == dest)
+			return 1;
+	return 0;
+}
+
+static void flush_deferred(void)
+{
+	uint64_t now = def_n ? uls_now_ns() : 0;
+	uint32_t kept = 0;
+
+	for (uint32_t i = 0; i < def_n; i++) {
+		struct fab_op *op = deferred[i];
+		ssize_t r = -FI_EAGAIN;
+		/* After an earlier message to the same peer that still waits: in order. */
+		if (!dest_waits(op->dest, kept))
+			r = tsend(op);
+		if (r == -FI_EAGAIN && now - op->since < DEFER_MAX_NS) {
+			deferred[kept++] = op;
+			continue;
+		}
+		if (r != 0) /* refused, or waited too long: the pair failed */
+			tx_done(op, r == -FI_EAGAIN ? ETIMEDOUT : EIO);
+	}
+	def_n = kept;
+}
+
+/* Posts op's slot of len bytes: 0 (posted or, with may_defer, deferred), or -errno with
+ * the slot given back. */
+static int post_tx(struct fab_op *op, struct fab_conn *f, fi_addr_t dest, uint32_t cls,
+		   size_t len, int may_defer)
+{
+	ssize_t r = -FI_EAGAIN;
+
+	op->tag = f ? f->tag : 0;
+	op->dest = dest;
+	op->cls = (uint8_t)cls;
+	op->len = (uint32_t)len;
+	flush_deferred();
+	if (!dest_waits(dest, def_n))
+		r = tsend(op);
+	if (r == -FI_EAGAIN && may_defer && def_n < fab.txp.nslots) {
+		op->since = uls_now_ns();
+		deferred[def_n++] = op;
+		r = 0;
+	}
+	if (r != 0) {
+		if (r != -FI_EAGAIN)
+			uls_dbg("fabric: send of %zu bytes failed: %s", len, uls_fab_err((int)r));
+		uls_fab_pool_put(&fab.txp, op->idx);
+		return r == -FI_EAGAIN ? -EAGAIN : -EIO;
+	}
+	if (f)
+		f->tx_flight++;
+	return 0;
+}
+
+int fab_send(struct fab_conn *f, fi_addr_t dest, uint32_t cls, const void *msg, size_t len)
+{
+	uint8_t *slot;
+	struct fab_op *op = tx_op(&slot);
+
+	if (!op)
+		return -EAGAIN;
+	memcpy(slot, msg, len);
+	return post_tx(op, cls == FAB_CLASS_CONN ? f : NULL, dest, cls, len, 1);
+}
+
+/* The window this side owes the peer, returned with the message being sent. */
+static uint32_t wnd_owed(struct fab_conn *f)
+{
+	uint32_t w = (uint32_t)(f->rx_out - f->rx_ret);
+
+	f->rx_ret = f->rx_out;
+	return w;
+}
+
+/* Writes the header of f's next connection message into slot and posts it, returning
+ * the window owed with it: 0, or -errno with that window still owed. */
+static int conn_post(struct fab_conn *f, struct fab_op *op, uint8_t *slot, int type,
+		     size_t plen, int may_defer)
+{
+	uint32_t wnd = wnd_owed(f);
+	struct uls_fab_hdr h = {.type = (uint8_t)type, .len = (uint32_t)plen, .tag = f->peer_tag,
+				.seq = f->tx_seq, .wnd = wnd};
+
+	uls_fab_hdr_pack(&h, slot);
+	int r = post_tx(op, f, f->peer, FAB_CLASS_CONN, FAB_HDR + plen, may_defer);
+
+	if (r == 0)
+		f->tx_seq++;
+	else
+		f->rx_ret -= wnd;
+	return r;
+}
+
+int fab_send_ctl(struct fab_conn *f, int type, const void *payload, size_t plen)
+{
+	uint8_t *slot;
+	struct fab_op *op = tx_op(&slot);
+
+	if (!op)
+		return -EAGAIN;
+	if (plen)
+		memcpy(slot + FAB_HDR, payload, plen);
+	return conn_post(f, op, slot, type, plen, 1);
+}
+
+int fab_send_credit(struct fab_conn *f)
+{
+	return fab_send_ctl(f, ULS_FAB_CREDIT, NULL, 0);
+}
+
+int fab_send_switch(struct fab_conn *f, uint64_t pos)
+{
+	struct uls_fab_switch sw = {.pos = pos};
+	uint8_t p[ULS_FAB_SWITCH_SIZE];
+
+	uls_fab_switch_pack(&sw, p);
+	return fab_send_ctl(f, ULS_FAB_SWITCH, p, sizeof(p));
+}
+
+int fab_send_fin(struct fab_conn *f, uint64_t pos, int close)
+{
+	struct uls_fab_fin fin = {.pos = pos, .flags = close ? ULS_FAB_FIN_CLOSE : 0};
+	uint8_t p[ULS_FAB_FIN_SIZE];
+
+	uls_fab_fin_pack(&fin, p);
+	return fab_send_ctl(f, ULS_FAB_FIN, p, sizeof(p));
+}
+
+int fab_send_data(struct fab_conn *f, const struct iovec *iov, int iovcnt, size_t skip,
+		  size_t n)
+{
+	uint8_t *slot;
+	struct fab_op *op = tx_op(&slot);
+	size_t done = 0;
+
+	if (!op)
+		return -EAGAIN;
+	for (int i = 0; i < iovcnt && done < n; i++) {
+		size_t l = iov[i].iov_len;
+		if (skip >= l) {
+			skip -= l;
+			continue;
+		}
+		size_t take = l - skip < n - done ? l - skip : n - done;
+		memcpy(slot + FAB_HDR + done, (const char *)iov[i].iov_base + skip, take);
+		done += take;
+		skip = 0;
+	}
+	int r = conn_post(f, op, slot, ULS_FAB_DATA, n, 0);
+	if (r == 0)
+		f->tx_fab += n;
+	return r;
+}
+
+/* ------------------------------------------------------------------ arrivals */
+
+void fab_violation(struct fab_conn *f, const char *what)
+{
+	if (!f->err)
+		uls_warn("fabric: the peer broke the protocol (%s): the connection is reset", what);
+	f->err = ECONNRESET;
+	atomic_fetch_add(&f->gen, 1);
+}
+
+/* A connection message for f whose header passed 9.11's stateless checks (9.6, 9.11). */
+static void conn_arrival(struct fab_conn *f, const struct uls_fab_hdr *h, const uint8_t *p)
+{
+	if (f->err)
+		return;
+	if (h->seq != f->rx_seq)
+		return fab_violation(f, "sequence");
+	f->rx_seq++;
+	if ((uint64_t)h->wnd > f->tx_fab - f->tx_ret)
+		return fab_violation(f, "window returned beyond what was sent");
+	f->tx_ret += h->wnd;
+	atomic_fetch_add(&f->gen, 1);
+	switch (h->type) {
+	case ULS_FAB_DATA: {
+		if (!f->peer_sw || f->peer_sw_pos == UINT64_MAX || f->fin)
+			return fab_violation(f, "data outside its switch and FIN");
+		if (f->rx_in + h->len - f->rx_ret > f->rx_window)
+			return fab_violation(f, "data beyond the window");
+		uint32_t at = (uint32_t)(f->rx_in & (f->rx_window - 1)), first = f->rx_window - at;
+		if (first > h->len)
+			first = h->len;
+		memcpy(f->rxbuf + at, p, first);
+		memcpy(f->rxbuf, p + first, h->len - first);
+		f->rx_in += h->len;
+		return;
+	}
+	case ULS_FAB_CREDIT:
+		return;
+	case ULS_FAB_SWITCH: {
+		struct uls_fab_switch sw;
+		if (uls_fab_switch_parse(&sw, p, h->len) < 0 || f->peer_sw)
+			return fab_violation(f, "switch");
+		uint64_t pos = sw.pos;
+		if (sw.flags & ULS_FAB_SWITCH_NONE)
+			pos = UINT64_MAX;
+		else if (pos < __atomic_load_n(&f->rx_tcp, __ATOMIC_RELAXED))
+			return fab_violation(f, "switch behind the TCP bytes read");
+		f->peer_sw = 1;
+		f->peer_sw_pos = pos;
+		if (f->hs == HS_SRV_ACCEPTED) {
+			f->hs = HS_DONE;
+			atomic_store(&f->c->path, ULS_PATH_FABRIC);
+		}
+		return;
+	}
+	case ULS_FAB_FIN: {
+		struct uls_fab_fin fin;
+		if (uls_fab_fin_parse(&fin, p, h->len) < 0 || !f->peer_sw ||
+		    f->peer_sw_pos == UINT64_MAX || fin.pos != f->peer_sw_pos + f->rx_in ||
+		    (f->fin && (f->peer_closed || !(fin.flags & ULS_FAB_FIN_CLOSE))))
+			return fab_violation(f, "FIN"); /* a second one only says the close */
+		f->fin = 1;
+		f->fin_pos = fin.pos;
+		f->peer_closed = (fin.flags & ULS_FAB_FIN_CLOSE) != 0;
+		return;
+	}
+	case ULS_FAB_RESET:
+		f->err = ECONNRESET;
+		return;
+	default: /* SLEEP, REVERT: not sent by this version (no NEED_WAKE, no revert yet) */
+		return fab_violation(f, uls_fab_type_name(h->type));
+	}
+}
+
+static void rx_done(struct fab_op *op, size_t len)
+{
+	const uint8_t *slot = uls_fab_slot(&fab.rxp, op->idx);
+	struct uls_fab_hdr h;
+
+	op->posted = 0;
+	if (uls_fab_hdr_parse(&h, slot, len) == 0 && uls_fab_hdr_check(&h, op->cls, SLOT_SIZE) == 0) {
+		if (op->cls == FAB_CLASS_HS) {
+			fab_hs_arrival(&h, slot + FAB_HDR);
+		} else {
+			struct fab_conn *f = fab_by_tag(h.tag);
+			/* An unknown tag is a closed connection's late message: dropped. */
+			if (f)
+				conn_arrival(f, &h, slot + FAB_HDR);
+		}
+	}
+	post_rx(op);
+}
+
+static void tx_done(struct fab_op *op, int err)
+{
+	struct fab_conn *f = op->tag ? fab_by_tag(op->tag) : NULL;
+
+	uls_fab_pool_put(&fab.txp, op->idx);
+	if (f && f->tx_flight)
+		f->tx_flight--;
+	if (!err)
+		return;
+	/* The pair failed (9.8): every connection to that peer ends. */
+	for (f = fab.conns; f; f = f->next)
+		if (f->peer == op->dest && (f->hs == HS_DONE || f->hs == HS_SRV_ACCEPTED) &&
+		    !f->err) {
+			f->err = err == ETIMEDOUT ? ETIMEDOUT : ECONNRESET;
+			atomic_fetch_add(&f->gen, 1);
+		}
+}
+
+void fab_progress(void)
+{
+	struct fi_cq_tagged_entry ev[16];
+	static int depth; /* fab.mu held: an answer sent from a dispatch does not recurse */
+
+	if (fab.state <= 0 || fab.pid != uls_pid() || depth)
+		return;
+	depth = 1;
+	for (int round = 0; round < 16; round++) {
+		void *ectx = NULL;
+		ssize_t n = uls_fab_ep_poll(&fab.ep, ev, 16, &ectx);
+		if (n == 0)
+			break;
+		if (n < 0) {
+			struct fab_op *op = ectx;
+			if (!op)
+				break;
+			if (op->rx) {
+				op->posted = 0;
+				post_rx(op);
+			} else {
+				tx_done(op, (int)-n);
+			}
+			continue;
+		}
+		for (ssize_t i = 0; i < n; i++) {
+			struct fab_op *op = ev[i].op_context;
+			if (op->rx)
+				rx_done(op, ev[i].len);
+			else
+				tx_done(op, 0);
+		}
+	}
+	repost_all();
+	flush_deferred();
+	depth = 0;
+}
+
+int fab_trywait(void)
+{
+	struct fid *cq = &fab.ep.cq->fid;
+
+	for (int i = 0; i < 8; i++) {
+		uls_inside_begin();
+		int r = fi_trywait(fab.ep.fabric, &cq, 1);
+		uls_inside_end();
+		if (r == 0)
+			return 1;
+		fab_progress();
+	}
+	return 0;
+}

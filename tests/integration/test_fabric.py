@@ -1,0 +1,252 @@
+"""Between hosts: the fabric transport (docs/protocol.md, section 9), with libfabric's tcp
+provider (tcp;ofi_rxm) between two network namespaces joined by a veth pair that the test
+creates, on its own addresses (10.233.N.0/24) only.  The server's namespace runs `ulsock
+fabricd`; each test says which ends run under ulsock and checks the bytes end to end
+(net_client verifies every byte it gets back against the stream it sent), the path each
+side took and, on the fabric, that bytes really crossed it (the close line's counters).
+
+Skips where namespaces cannot be made (not root)."""
+
+import re
+import socket
+import threading
+import time
+
+import pytest
+
+from conftest import (ULSOCK_BIN, expect_paths, run_net_client, server_conns,
+                      start_net_server)
+
+PROVIDER = "tcp;ofi_rxm"
+FABRIC_LINE = re.compile(r"fd=\d+ fabric: sent (\d+) bytes on TCP and (\d+) on the fabric, "
+                         r"received (\d+) on TCP and (\d+) on the fabric")
+
+_subnet = [0]
+
+
+class Hosts:
+    """Two namespace hosts, server S (.1) and client C (.2), and fabricd on S."""
+
+    def __init__(self, uls, netns, peers=None, fabricd=True):
+        _subnet[0] += 1
+        net = f"10.233.{_subnet[0] % 250}"
+        self.uls = uls
+        self.s, self.c = netns(), netns()
+        netns.veth(self.s, f"{net}.1/24", self.c, f"{net}.2/24")
+        self.saddr, self.caddr = f"{net}.1", f"{net}.2"
+        self.env = {"ULSOCK_FABRIC_PEERS": peers if peers is not None else f"{net}.0/24",
+                    "ULSOCK_FABRIC_PROVIDER": PROVIDER}
+        self.fabricd = self.start_fabricd(self.s) if fabricd else None
+
+    def start_fabricd(self, ns):
+        return self.uls.start([ULSOCK_BIN, "fabricd", "--foreground"], name="fabricd",
+                              ulsock=False, wrap=ns.prefix, ready="listening")
+
+    def server(self, *args, ulsock=True, env=None):
+        return start_net_server(self.uls, "--addr", self.saddr, *args, ulsock=ulsock,
+                                env={**self.env, **(env or {})}, wrap=self.s.prefix)
+
+    def client(self, port, *args, ulsock=True, env=None, **kw):
+        return run_net_client(self.uls, port, "--addr", self.saddr, *args, ulsock=ulsock,
+                              env={**self.env, **(env or {})}, wrap=self.c.prefix, **kw)
+
+
+@pytest.fixture
+def hosts(uls, netns):
+    return Hosts(uls, netns)
+
+
+def fabric_counts(proc):
+    """(tcp_tx, fabric_tx, tcp_rx, fabric_rx) summed over PROC's fabric connections."""
+    tot = [0, 0, 0, 0]
+    for m in FABRIC_LINE.finditer(proc.log_text()):
+        for i in range(4):
+            tot[i] += int(m[i + 1])
+    return tuple(tot)
+
+
+def all_ok(server, conns):
+    res = server_conns(server)
+    assert len(res) == conns and all(r["result"] == "ok" for r in res), server.output()
+
+
+@pytest.mark.parametrize("mode,io", [("echo", "block"), ("echo", "nonblock"), ("duplex", "mix"),
+                                     ("source", "mix"), ("sink", "block")])
+def test_integrity(hosts, mode, io):
+    """Random write and read sizes (1 byte to 64 KiB), both directions: every byte
+    verified, every connection on the fabric at both ends, and the bulk of the bytes
+    carried by it."""
+    conns, size = 4, 3 << 20
+    server, port = hosts.server("--mode", mode, "--max-conns", str(conns), "--nonblock",
+                                "--io", io, "--bytes", str(size), "--min-io", "1",
+                                "--max-io", "65536")
+    client = hosts.client(port, "--mode", mode, "--conns", str(conns), "--concurrency", "2",
+                          "--bytes", str(size), "--io", io, "--min-io", "1", "--max-io", "65536")
+    server.wait()
+    all_ok(server, conns)
+    expect_paths(client, "fabric", count=conns, peer_port=port)
+    expect_paths(server, "fabric", count=conns, local_port=port)
+    ttx, ftx, trx, frx = fabric_counts(client)
+    sent = conns * size if mode in ("echo", "duplex", "sink") else 0
+    got = conns * size if mode in ("echo", "duplex", "source") else 0
+    # Beyond the payload, net_client's request header and net_server's verdict (a few
+    # dozen bytes a connection).
+    assert sent <= ttx + ftx <= sent + conns * 256, (ttx, ftx, trx, frx)
+    assert got <= trx + frx <= got + conns * 256, (ttx, ftx, trx, frx)
+    assert ftx + frx > (sent + got) // 2, (ttx, ftx, trx, frx)
+
+
+def test_switch_mid_stream(hosts):
+    """A non-blocking connect sends on TCP before the handshake ends: each direction
+    carries bytes on TCP, then on the fabric, and reads straddle the switch (byte-exact)."""
+    conns, size = 4, 8 << 20
+    server, port = hosts.server("--mode", "echo", "--max-conns", str(conns), "--nonblock",
+                                "--io", "mix")
+    client = hosts.client(port, "--mode", "echo", "--conns", str(conns), "--concurrency", "4",
+                          "--bytes", str(size), "--io", "nonblock", "--nb-connect")
+    server.wait()
+    all_ok(server, conns)
+    expect_paths(client, "fabric", count=conns)
+    ttx, ftx, trx, frx = fabric_counts(client)
+    assert ttx > 0 and ftx > 0 and trx > 0 and frx > 0, (ttx, ftx, trx, frx)
+    assert conns * size <= ttx + ftx <= conns * (size + 256), (ttx, ftx, trx, frx)
+
+
+@pytest.mark.parametrize("plain", ["client", "server"])
+def test_plain_peer(hosts, plain):
+    """One end without ulsock: the other stays on TCP, saying why; the bytes are exact.
+    The client holds its connections 2.5 s after the exchange, so that each side's
+    answer (fabricd's NO after 200 ms; no CONNECT within 2 s of the REG) has come."""
+    server, port = hosts.server("--mode", "echo", "--max-conns", "2", ulsock=plain != "server")
+    client = hosts.uls.start([hosts.uls.helper("net_client"), "--port", str(port), "--addr",
+                              hosts.saddr, "--mode", "echo", "--conns", "2", "--bytes", "1M",
+                              "--hold", "--pause-held"], name="client", env=hosts.env,
+                             wrap=hosts.c.prefix, ulsock=plain != "client", stdin=True,
+                             ready="HELD")
+    time.sleep(2.5)
+    client.send_line()
+    client.wait()
+    server.wait()
+    all_ok(server, 2)
+    if plain == "server":
+        expect_paths(client, "kernel", count=2, reason="fabric: not registered")
+    else:
+        expect_paths(server, "kernel", count=2, reason="fabric: no answer on the fabric")
+
+
+def test_not_allow_listed(uls, netns):
+    """A peer outside ULSOCK_FABRIC_PEERS: TCP, 'peer not allow-listed', nothing loaded."""
+    h = Hosts(uls, netns, peers="10.9.9.0/24")
+    server, port = h.server("--mode", "echo", "--max-conns", "1")
+    client = h.client(port, "--mode", "echo", "--conns", "1", "--bytes", "256K")
+    server.wait()
+    all_ok(server, 1)
+    expect_paths(client, "kernel", count=1, reason="fabric: peer not allow-listed")
+    expect_paths(server, "kernel", count=1, reason="fabric: peer not allow-listed")
+    for p in (client, server):
+        assert "fabric: provider" not in p.log_text(), p.log_text()
+
+
+def test_fabric_off_by_default(uls, netns):
+    """Without ULSOCK_FABRIC_PEERS nothing of the fabric happens: the reason is the one
+    of before ("not on this host")."""
+    h = Hosts(uls, netns, peers="")
+    server, port = h.server("--mode", "echo", "--max-conns", "1")
+    client = h.client(port, "--mode", "echo", "--conns", "1", "--bytes", "256K")
+    server.wait()
+    all_ok(server, 1)
+    expect_paths(client, "kernel", count=1, reason="not on this host")
+    for p in (client, server):
+        assert "fabric" not in p.log_text(), p.log_text()
+
+
+def test_unrelated_service_on_directory_port(uls, netns):
+    """Something else listens on the directory port of the server's host (silent, then
+    speaking first): the client stays on TCP and that service receives no byte."""
+    h = Hosts(uls, netns, fabricd=False)
+    for greeting in (b"", b"SSH-2.0-OpenSSH_9.2\r\n"):
+        listener = h.uls.start(["python3", "-c", LISTENER, h.saddr, greeting.hex()],
+                               name="stranger", ulsock=False, wrap=h.s.prefix, ready="LISTENING")
+        server, port = h.server("--mode", "echo", "--max-conns", "1")
+        client = h.client(port, "--mode", "echo", "--conns", "1", "--bytes", "256K")
+        server.wait()
+        all_ok(server, 1)
+        expect_paths(client, "kernel", count=1, reason="fabric: no directory answer")
+        listener.stop()
+        out = listener.output()
+        assert re.search(r"^ACCEPTED", out, re.M), out
+        assert re.findall(r"^RECEIVED (\d+)", out, re.M) == ["0"] * out.count("ACCEPTED"), out
+
+
+# A listener on the directory port that counts the bytes each connection sends it.
+LISTENER = r"""
+import socket, sys, threading
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], 62840)); s.listen(8)
+greet = bytes.fromhex(sys.argv[2])
+print("LISTENING", flush=True)
+def serve(c):
+    n = 0
+    if greet:
+        c.sendall(greet)
+    c.settimeout(3)
+    try:
+        while True:
+            b = c.recv(4096)
+            if not b:
+                break
+            n += len(b)
+    except OSError:
+        pass
+    print("RECEIVED", n, flush=True)
+    c.close()
+while True:
+    c, _ = s.accept()
+    print("ACCEPTED", flush=True)
+    threading.Thread(target=serve, args=(c,)).start()
+"""
+
+
+def test_no_fabricd(uls, netns):
+    """No directory on the server's host (refused): TCP, 'no directory answer'."""
+    h = Hosts(uls, netns, fabricd=False)
+    server, port = h.server("--mode", "echo", "--max-conns", "1")
+    client = h.client(port, "--mode", "echo", "--conns", "1", "--bytes", "256K")
+    server.wait()
+    all_ok(server, 1)
+    expect_paths(client, "kernel", count=1, reason="fabric: no directory answer")
+
+
+def test_many_connections(hosts):
+    """1,000 connections between two processes, all on the fabric, all bytes exact."""
+    conns = 1000
+    server, port = hosts.server("--mode", "echo", "--max-conns", str(conns), "--nonblock",
+                                "--backlog", "1024")
+    client = hosts.client(port, "--mode", "echo", "--conns", str(conns), "--concurrency", "32",
+                          "--bytes", "8K", "--io", "nonblock", timeout=240)
+    server.wait(timeout=240)
+    all_ok(server, conns)
+    expect_paths(client, "fabric", count=conns)
+    expect_paths(server, "fabric", count=conns)
+
+
+def test_peer_killed(hosts):
+    """kill -9 of the server mid-stream: the client's next reads end (EOF or reset) at once,
+    never hang."""
+    server, port = hosts.server("--mode", "echo", "--max-conns", "1")
+    client = hosts.uls.start([hosts.uls.helper("net_client"), "--port", str(port), "--addr",
+                              hosts.saddr, "--mode", "echo", "--conns", "1", "--bytes", "1G",
+                              "--timeout", "30"], name="client", env=hosts.env,
+                             wrap=hosts.c.prefix)
+    deadline = time.monotonic() + 20
+    while not FABRIC_PATH.search(client.log_text()):
+        assert time.monotonic() < deadline, client.describe()
+        time.sleep(0.05)
+    time.sleep(0.3)
+    server.kill()
+    rc = client.wait(timeout=20, expect_rc=None)
+    assert rc != 0
+    assert re.search(r"ECONNRESET|EOF|reset|Connection reset", client.output()), client.output()
+
+
+FABRIC_PATH = re.compile(r"path=fabric")
