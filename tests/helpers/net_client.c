@@ -15,7 +15,8 @@
  *
  * Connections run --concurrency at a time.  --hold connects all of them first, runs the
  * exchanges on the open sockets, prints "HELD conns=N" (and with --pause-held waits for a
- * line on stdin), and only then shuts each down and closes it.  --pause-at K prints
+ * line on stdin), and only then shuts each down and closes it; --settle MS first waits MS
+ * ms in one poll() on all of them, asking for no event.  --pause-at K prints
  * "PAUSE done=K" after K connections and waits for a line on stdin (connections then run
  * one at a time), so a test can inspect both processes at a quiet moment.
  * --io mix alternates blocking and poll()-driven sockets (and, in duplex mode, asks the
@@ -42,6 +43,7 @@ struct opts {
 	size_t min_io, max_io;
 	int nb_connect;
 	int hold;
+	long settle_ms;
 	int pause_held;
 	long pause_at[8];
 	int n_pause;
@@ -76,7 +78,7 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: net_client --port P [--addr A] [--mode echo|sink|source|duplex|none]\n"
-		"  [--conns N] [--concurrency C] [--hold] [--bytes N] [--seed S]\n"
+		"  [--conns N] [--concurrency C] [--hold [--settle MS]] [--bytes N] [--seed S]\n"
 		"  [--io block|nonblock|mix] [--nb-connect] [--min-io N] [--max-io N]\n"
 		"  [--dump-dir D] [--pause-at K]... [--pause-held]\n"
 		"  [--expect-refused] [--timeout SEC] [--quiet]\n");
@@ -122,6 +124,8 @@ static void parse(int argc, char **argv)
 			o.dump_dir = v;
 		else if (!strcmp(a, "--timeout"))
 			o.timeout = (unsigned)net_parse_num(a, v);
+		else if (!strcmp(a, "--settle"))
+			o.settle_ms = (long)net_parse_num(a, v);
 		else if (!strcmp(a, "--pause-at") && o.n_pause < 8)
 			o.pause_at[o.n_pause++] = (long)net_parse_num(a, v);
 		else if (!strcmp(a, "--mode")) {
@@ -471,6 +475,16 @@ static void hold_all(const struct net_addr *a)
 		net_die("out of memory");
 	for (long k = 0; k < o.conns; k++)
 		held_fds[k] = open_conn(k, a, 1);
+	if (o.settle_ms > 0) {
+		/* A program that waits in poll() a while, asking for nothing, before it talks. */
+		struct pollfd *p = calloc((size_t)o.conns, sizeof(*p));
+		if (!p)
+			net_die("out of memory");
+		for (long k = 0; k < o.conns; k++)
+			p[k].fd = held_fds[k];
+		poll(p, (nfds_t)o.conns, (int)o.settle_ms);
+		free(p);
+	}
 	run_workers(run_held, a);
 	printf("HELD conns=%ld\n", o.conns);
 	if (o.pause_held && !fgets(line, sizeof(line), stdin))
