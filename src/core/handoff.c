@@ -113,9 +113,9 @@ void uls_handoff_sent(int unix_fd, const struct msghdr *msg)
 		atomic_store(&pc->shared, 1);
 		if (!uls_conn_accelerated(pc))
 			continue;
-		if (verified < 0)
+		if (verified < 0 && pc->tp->follows)
 			verified = peer_runs_ulsock(unix_fd);
-		if (verified)
+		if (verified > 0 && pc->tp->follows)
 			continue;
 		int r = uls_conn_revert(pc, fds[i], 2000);
 		if (r < 0)

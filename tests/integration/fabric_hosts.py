@@ -22,7 +22,7 @@ class Hosts:
         net = f"10.233.{_subnet[0] % 250}"
         self.uls = uls
         self.s, self.c = netns(), netns()
-        netns.veth(self.s, f"{net}.1/24", self.c, f"{net}.2/24")
+        self.sdev, self.cdev = netns.veth(self.s, f"{net}.1/24", self.c, f"{net}.2/24")
         self.saddr, self.caddr = f"{net}.1", f"{net}.2"
         self.env = {"ULSOCK_FABRIC_PEERS": peers if peers is not None else f"{net}.0/24",
                     "ULSOCK_FABRIC_PROVIDER": PROVIDER}

@@ -8,7 +8,9 @@ side took and, on the fabric, that bytes really crossed it (the close line's cou
 Skips where namespaces cannot be made (not root)."""
 
 import re
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -26,13 +28,16 @@ def hosts(uls, netns):
 def test_integrity(hosts, mode, io):
     """Random write and read sizes (1 byte to 64 KiB), both directions: every byte
     verified, every connection on the fabric at both ends, and the bulk of the bytes
-    carried by it."""
+    carried by it.  The client holds its connections and waits in poll() 2 s before it
+    talks (a source server talks at once, on TCP until it switches), so that each
+    handshake ends before its connection does."""
     conns, size = 4, 3 << 20
     server, port = hosts.server("--mode", mode, "--max-conns", str(conns), "--nonblock",
                                 "--io", io, "--bytes", str(size), "--min-io", "1",
                                 "--max-io", "65536")
     client = hosts.client(port, "--mode", mode, "--conns", str(conns), "--concurrency", "2",
-                          "--bytes", str(size), "--io", io, "--min-io", "1", "--max-io", "65536")
+                          "--bytes", str(size), "--io", io, "--min-io", "1", "--max-io", "65536",
+                          "--hold", "--settle", "2000")
     server.wait()
     all_ok(server, conns)
     expect_paths(client, "fabric", count=conns, peer_port=port)
@@ -204,3 +209,49 @@ def test_peer_killed(hosts):
 
 
 FABRIC_PATH = re.compile(r"path=fabric")
+
+
+def test_link_down(hosts):
+    """The link between the hosts goes down mid-stream: the client's waiting call gets an
+    error (keepalive probes on the TCP socket find the peer's host gone, 9.7), never a
+    hang; the server's too."""
+    server, port = hosts.server("--mode", "echo", "--max-conns", "1")
+    client = hosts.uls.start([hosts.uls.helper("net_client"), "--port", str(port), "--addr",
+                              hosts.saddr, "--mode", "echo", "--conns", "1", "--bytes", "4G",
+                              "--timeout", "60"], name="client", env=hosts.env,
+                             wrap=hosts.c.prefix)
+    deadline = time.monotonic() + 20
+    while not FABRIC_PATH.search(client.log_text()):
+        assert time.monotonic() < deadline, client.describe()
+        time.sleep(0.05)
+    time.sleep(0.3)
+    hosts.c.ip("link", "set", hosts.cdev, "down")
+    rc = client.wait(timeout=40, expect_rc=None)
+    assert rc != 0, client.describe()
+    assert re.search(r"timed out|ETIMEDOUT|reset|ECONNRESET", client.output(), re.I), \
+        client.describe()
+    server.wait(timeout=40, expect_rc=None)
+    assert server.rc is not None
+
+
+ECHO = Path(__file__).with_name("fabric_echo.py")
+
+
+@pytest.mark.parametrize("how", ["async", "exec", "scm"])
+def test_move_back_mid_stream(hosts, how):
+    """A connection on the fabric moves back to kernel TCP in place when its socket goes
+    where the fabric cannot follow (O_ASYNC in this process, an exec, SCM_RIGHTS to another
+    process), mid-stream, both directions busy: not a byte lost or repeated (the client
+    checks all 16 MiB it gets back), and the client's side follows (its path says so)."""
+    size, after = 16 << 20, 3 << 20
+    server = hosts.uls.start([sys.executable, ECHO, hosts.saddr, how, str(after)],
+                             name="echo", env=hosts.env, wrap=hosts.s.prefix,
+                             ready=r"READY port=\d+")
+    port = int(re.search(r"READY port=(\d+)", server.output())[1])
+    client = hosts.client(port, "--mode", "echo", "--conns", "1", "--bytes", str(size),
+                          "--min-io", "1", "--max-io", "65536")
+    server.wait()
+    assert re.search(rf"^ECHOED n={size}$", server.output(), re.M), server.describe()
+    assert FABRIC_PATH.search(client.log_text()), client.describe()
+    assert "moved back to kernel TCP (the peer asked)" in client.log_text(), client.describe()
+    assert "moved back to kernel TCP" in server.log_text(), server.describe()

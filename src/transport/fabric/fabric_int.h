@@ -89,6 +89,21 @@ struct fab_conn {
 	int err;              /* after the data: ECONNRESET, ETIMEDOUT */
 	_Atomic uint64_t gen; /* changes with every arrival (epoll's edges) */
 	int orphan;           /* a fork child's copy: the parent owns the fabric side */
+
+	/*
+	 * Moving back to TCP in place (protocol.md 9.10). Every byte sent on the fabric is
+	 * kept in txbuf (peer_window bytes, a ring over fabric positions) until the peer's
+	 * window returns it, so that a peer that leaves gets what it had not read again, on
+	 * TCP.
+	 */
+	uint8_t *txbuf;
+	int rev;              /* this side sent REVERT REQUEST|LEAVING: its fabric is over */
+	int rev_answered;     /* ...and the peer's REVERT came */
+	int tx_stop;          /* no more fabric sends: TCP, after the resend */
+	int peer_rev;         /* the peer's REVERT came: its fabric stream ends at peer_fab_end */
+	uint64_t peer_fab_end;
+	int resend_pending;   /* the peer left: bytes from resend_from go again on TCP */
+	uint64_t resend_from; /* a position of this side's stream */
 };
 
 static inline struct fab_conn *fab_of(struct uls_conn *c)
@@ -114,6 +129,7 @@ struct fab_proc {
 	int nconns;
 	struct fab_peer *peers;
 	int npeers, peers_cap;
+	uint64_t tx_done; /* sends completed: their slots are free again */
 };
 
 extern struct fab_proc fab;
@@ -147,8 +163,19 @@ void fab_tag_add(struct fab_conn *f);
 void fab_tag_del(struct fab_conn *f);
 struct fab_conn *fab_by_tag(uint64_t tag);
 uint64_t fab_random64(void);
+/* Both sides committed: the connection's path is the fabric (fab.mu held). */
+void fab_done(struct fab_conn *f);
 /* The connection broke a rule (9.11): it ends with ECONNRESET (fab.mu held). */
 void fab_violation(struct fab_conn *f, const char *what);
+
+/* Sends the REVERT of 9.10 for f: REQUEST|LEAVING from the side that leaves, or the
+ * answer (fab.mu held). */
+int fab_send_revert(struct fab_conn *f, uint32_t flags);
+/* Where this side has read the peer's stream to (TCP, then fabric). */
+uint64_t fab_rx_consumed(const struct fab_conn *f);
+
+/* io.c: the resend after a leaving peer's REVERT (tx_mu held): 0 or -errno. */
+ssize_t fab_resend(struct fab_conn *f, int fd, int nonblock);
 
 /* The slot size of this process's receive slots. */
 uint32_t fab_slot_size(void);

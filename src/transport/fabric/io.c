@@ -13,20 +13,26 @@
 #include "fabric_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <linux/sockios.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 
 #include "../../core/bell.h"
 #include "../../core/config.h"
+#include "../../core/fdtable.h"
 #include "../../core/log.h"
+#include "../../core/spin.h"
 #include "../../os/cpu.h"
 #include "../../os/libc.h"
 
-#define END_DRAIN_NS 20000000ull /* a FIN the kernel's overtook (9.8) */
+#define END_DRAIN_NS 20000000ull
+#define FAB_MOVED (-EXDEV) /* send_fabric: nothing sent, the connection moved back */ /* a FIN the kernel's overtook (9.8) */
 #define CLOSE_WAIT_MS 100
 
 static inline int on_tcp(struct uls_conn *c)
@@ -34,10 +40,12 @@ static inline int on_tcp(struct uls_conn *c)
 	return atomic_load(&c->path) == ULS_PATH_KERNEL;
 }
 
-/* The peer's direction continues on the fabric from here. */
+/* The peer's direction continues on the fabric from here (until the end of its fabric
+ * stream, after a revert). */
 static inline int rx_on_fabric(struct fab_conn *f)
 {
-	return f->peer_sw && __atomic_load_n(&f->rx_tcp, __ATOMIC_RELAXED) >= f->peer_sw_pos;
+	return f->peer_sw && __atomic_load_n(&f->rx_tcp, __ATOMIC_RELAXED) >= f->peer_sw_pos &&
+	       !f->rev && !(f->peer_rev && f->peer_sw_pos + f->rx_out >= f->peer_fab_end);
 }
 
 static size_t iov_total(const struct iovec *iov, size_t n)
@@ -86,31 +94,117 @@ static void note_tcp(struct fab_conn *f, int fd)
 	char b;
 	ssize_t n = uls_libc.recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 
+	int err = n < 0 ? errno : 0;
+
 	pthread_mutex_lock(&fab.mu);
-	if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+	if (n == 0 || (n < 0 && err != EAGAIN && err != EINTR))
 		f->tcp_end = 1;
-	else if (n > 0 && rx_on_fabric(f))
+	if (err == ETIMEDOUT && !f->err) /* keepalive: the peer's host is gone (9.7) */
+		f->err = ETIMEDOUT;
+	else if (n > 0 && rx_on_fabric(f) && !f->peer_rev)
 		fab_violation(f, "TCP bytes after the switch");
 	atomic_fetch_add(&f->gen, 1);
 	pthread_mutex_unlock(&fab.mu);
 }
 
 /*
+ * Liveness (9.7): a call that has waited 1 s on a connection gets keepalive on its TCP
+ * socket, 1 s idle, 1 s apart, 3 probes, until it returns. The peer's kernel answers
+ * them whether or not its program reads, so only an unreachable peer fails them, with
+ * ETIMEDOUT about 4 s on; the program's own settings come back when the call ends.
+ */
+#define LIVENESS_NS 1000000000ull
+
+struct keepalive {
+	int on, idle, intvl, cnt;
+};
+
+static void liveness_on(int fd, struct keepalive *saved)
+{
+	static const int opts[4][2] = {{SOL_SOCKET, SO_KEEPALIVE}, {IPPROTO_TCP, TCP_KEEPIDLE},
+				       {IPPROTO_TCP, TCP_KEEPINTVL}, {IPPROTO_TCP, TCP_KEEPCNT}};
+	int *old[4] = {&saved->on, &saved->idle, &saved->intvl, &saved->cnt}, val[4] = {1, 1, 1, 3};
+
+	for (int i = 0; i < 4; i++) {
+		socklen_t len = sizeof(int);
+		if (uls_libc.getsockopt(fd, opts[i][0], opts[i][1], old[i], &len) < 0)
+			*old[i] = -1;
+		uls_libc.setsockopt(fd, opts[i][0], opts[i][1], &val[i], sizeof(int));
+	}
+}
+
+static void liveness_off(int fd, const struct keepalive *saved)
+{
+	static const int opts[4][2] = {{SOL_SOCKET, SO_KEEPALIVE}, {IPPROTO_TCP, TCP_KEEPIDLE},
+				       {IPPROTO_TCP, TCP_KEEPINTVL}, {IPPROTO_TCP, TCP_KEEPCNT}};
+	const int *old[4] = {&saved->on, &saved->idle, &saved->intvl, &saved->cnt};
+
+	for (int i = 3; i >= 0; i--)
+		if (*old[i] >= 0)
+			uls_libc.setsockopt(fd, opts[i][0], opts[i][1], old[i], sizeof(int));
+}
+
+/*
+ * One call's waits: the connection's gen when the caller last looked (under fab.mu: an
+ * arrival after it ends the wait at once), the spin before the first sleep, when the
+ * waits began, and the program's keepalive while the call's is on.
+ */
+struct call_wait {
+	uint64_t gen, tx_done;
+	int spun;
+	struct uls_spin spin;
+	uint64_t since;
+	int ka;
+	struct keepalive saved;
+};
+
+static void call_wait_end(struct call_wait *w, int fd)
+{
+	if (w->ka)
+		liveness_off(fd, &w->saved);
+}
+
+/*
  * Sleeps until something may have changed for f: the TCP socket (its data before the
  * peer's switch, or its end) or a completion. 0, -EAGAIN at the deadline, -EINTR.
  */
-static int fab_wait(struct fab_conn *f, int fd, int rx, uint64_t deadline)
+enum { WAIT_TX, WAIT_RX, WAIT_TX_TCP }; /* what a wait is for: fabric sends, receives, TCP
+					 * sends before the switch */
+
+static int fab_wait(struct fab_conn *f, int fd, int rx, uint64_t deadline, struct call_wait *w)
 {
 	struct pollfd p[2];
 	int n = 0, ms = -1, may;
 
+	/* The profile's spin first, reading completions, while it is the fabric we wait for
+	 * (TCP bytes before a switch come only by the kernel's readiness). */
+	if (!w->spun && (rx == WAIT_TX || rx_on_fabric(f))) {
+		w->spun = 1;
+		uls_spin_start(&w->spin);
+		while (uls_spin_more(&w->spin)) {
+			pthread_mutex_lock(&fab.mu);
+			fab_progress();
+			int moved = atomic_load(&f->gen) != w->gen ||
+				    (rx == WAIT_TX && fab.tx_done != w->tx_done);
+			pthread_mutex_unlock(&fab.mu);
+			if (moved)
+				return 0;
+		}
+	}
 	pthread_mutex_lock(&fab.mu);
 	fab_progress();
 	may = fab.state > 0 && fab.pid == uls_pid() && fab_trywait();
+	/* Progress here, or in the trywait, may have brought what the caller waits for. */
+	if (atomic_load(&f->gen) != w->gen || (rx == WAIT_TX && fab.tx_done != w->tx_done)) {
+		pthread_mutex_unlock(&fab.mu);
+		return 0;
+	}
 	if (may)
 		p[n++] = (struct pollfd){.fd = fab.ep.wait_fd, .events = POLLIN};
-	int tcp_events = rx && !rx_on_fabric(f) ? POLLIN | POLLRDHUP : POLLRDHUP;
-	if (!f->tcp_end)
+	int tcp_events = rx == WAIT_RX && !rx_on_fabric(f) ? POLLIN | POLLRDHUP : POLLRDHUP;
+	if (rx == WAIT_TX_TCP)
+		tcp_events = POLLOUT;
+	if (!f->tcp_end || rx == WAIT_TX_TCP)
 		p[n++] = (struct pollfd){.fd = fd, .events = (short)tcp_events};
 	pthread_mutex_unlock(&fab.mu);
 	if (!may && fab.pid == uls_pid() && fab.state > 0)
@@ -125,11 +219,21 @@ static int fab_wait(struct fab_conn *f, int fd, int rx, uint64_t deadline)
 		int left = (int)((deadline - now + 999999) / 1000000);
 		ms = ms < 0 || left < ms ? left : ms;
 	}
+	uint64_t now = uls_now_ns();
+	if (!w->since) {
+		w->since = now;
+	} else if (!w->ka && now - w->since >= LIVENESS_NS) {
+		liveness_on(fd, &w->saved);
+		w->ka = 1;
+	}
+	if (!w->ka && (ms < 0 || ms > 1000))
+		ms = 1000; /* to look at the clock for the liveness check */
 	int r = uls_libc.poll(p, (nfds_t)n, ms);
 	if (r < 0)
 		return errno == EINTR ? -EINTR : 0;
-	if (!f->tcp_end && n && (p[n - 1].revents & (POLLRDHUP | POLLHUP | POLLERR)) &&
-	    (!rx || rx_on_fabric(f)))
+	if (!f->tcp_end && n && rx != WAIT_TX_TCP &&
+	    (p[n - 1].revents & (POLLRDHUP | POLLHUP | POLLERR)) &&
+	    (rx == WAIT_TX || rx_on_fabric(f)))
 		note_tcp(f, fd);
 	return 0;
 }
@@ -203,7 +307,7 @@ static ssize_t tcp_pass(struct uls_conn *c, struct fab_conn *f, int fd, struct m
 	size_t limit = total - done;
 	struct iovec tmp[64];
 
-	if (f->peer_sw && f->peer_sw_pos - f->rx_tcp < limit)
+	if (f->peer_sw && !f->peer_rev && f->peer_sw_pos - f->rx_tcp < limit)
 		limit = (size_t)(f->peer_sw_pos - f->rx_tcp);
 	struct msghdr m = *msg;
 	m.msg_iov = tmp;
@@ -223,8 +327,21 @@ static int switch_may_come(struct fab_conn *f)
 	return f->hs == HS_DONE || f->hs == HS_SRV_ACCEPTED || f->hs == HS_CLI_ACCEPTED;
 }
 
+static ssize_t recv_waits(struct uls_conn *c, struct fab_conn *f, int fd, struct msghdr *msg,
+			  int flags, struct call_wait *w);
+
 static ssize_t recv_locked(struct uls_conn *c, struct fab_conn *f, int fd, struct msghdr *msg,
 			   int flags)
+{
+	struct call_wait w = {0};
+	ssize_t n = recv_waits(c, f, fd, msg, flags, &w);
+
+	call_wait_end(&w, uls_conn_fd(c, fd));
+	return n;
+}
+
+static ssize_t recv_waits(struct uls_conn *c, struct fab_conn *f, int fd, struct msghdr *msg,
+			  int flags, struct call_wait *w)
 {
 	size_t total = iov_total(msg->msg_iov, msg->msg_iovlen), done = 0;
 	size_t target = (flags & MSG_WAITALL) && !(flags & MSG_PEEK) ? total : 1;
@@ -247,6 +364,7 @@ static ssize_t recv_locked(struct uls_conn *c, struct fab_conn *f, int fd, struc
 				/* The end of TCP: final unless a SWITCH at this position comes. */
 				pthread_mutex_lock(&fab.mu);
 				fab_progress();
+				w->gen = atomic_load(&f->gen);
 				int wait = !f->peer_sw && switch_may_come(f) && !f->err;
 				int bad = f->peer_sw && !rx_on_fabric(f) && f->peer_sw_pos != UINT64_MAX;
 				pthread_mutex_unlock(&fab.mu);
@@ -259,7 +377,7 @@ static ssize_t recv_locked(struct uls_conn *c, struct fab_conn *f, int fd, struc
 					if (!tcp_end_at)
 						tcp_end_at = now + END_DRAIN_NS;
 					if (now < tcp_end_at) {
-						fab_wait(f, fd, 0, tcp_end_at);
+						fab_wait(f, fd, WAIT_TX, tcp_end_at, w);
 						continue;
 					}
 				}
@@ -269,12 +387,14 @@ static ssize_t recv_locked(struct uls_conn *c, struct fab_conn *f, int fd, struc
 				return done ? (ssize_t)done : n;
 			pthread_mutex_lock(&fab.mu);
 			fab_progress();
+			w->gen = atomic_load(&f->gen);
 			pthread_mutex_unlock(&fab.mu);
 			if (rx_on_fabric(f))
 				continue;
 		} else {
 			pthread_mutex_lock(&fab.mu);
 			n = fabric_pass(f, msg, done, total, flags);
+			w->gen = atomic_load(&f->gen);
 			pthread_mutex_unlock(&fab.mu);
 			if (n > 0) {
 				done += (size_t)n;
@@ -297,7 +417,7 @@ static ssize_t recv_locked(struct uls_conn *c, struct fab_conn *f, int fd, struc
 			break;
 		if (nonblock)
 			return done ? (ssize_t)done : -EAGAIN;
-		int r = fab_wait(f, fd, 1, deadline);
+		int r = fab_wait(f, fd, WAIT_RX, deadline, w);
 		if (r < 0)
 			return done ? (ssize_t)done : r;
 	}
@@ -325,6 +445,31 @@ static ssize_t fab_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flag
 
 /* ------------------------------------------------------------------ send */
 
+/*
+ * After the peer left (9.10): the bytes of this side's fabric stream it had not read go
+ * again, on TCP, before any new one (tx_mu held). 0 when all went, or -errno (-EAGAIN: a
+ * non-blocking socket's buffer is full; the next send goes on).
+ */
+ssize_t fab_resend(struct fab_conn *f, int fd, int nonblock)
+{
+	uint64_t end = f->tx_sw_pos + f->tx_fab;
+
+	while (f->resend_pending && f->resend_from < end) {
+		size_t at = (size_t)((f->resend_from - f->tx_sw_pos) % f->peer_window);
+		size_t n = f->peer_window - at;
+		if (n > end - f->resend_from)
+			n = (size_t)(end - f->resend_from);
+		ssize_t r = uls_libc.send(fd, f->txbuf + at, n, MSG_NOSIGNAL | (nonblock ? MSG_DONTWAIT : 0));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		f->resend_from += (uint64_t)r;
+	}
+	f->resend_pending = 0;
+	return 0;
+}
+
 static ssize_t send_epipe(int flags)
 {
 	if (!(flags & MSG_NOSIGNAL))
@@ -333,8 +478,21 @@ static ssize_t send_epipe(int flags)
 }
 
 /* Fabric sends from the switch on (tx_mu held). */
+static ssize_t send_waits(struct uls_conn *c, struct fab_conn *f, int fd,
+			  const struct iovec *iov, int iovcnt, int flags, struct call_wait *w);
+
 static ssize_t send_fabric(struct uls_conn *c, struct fab_conn *f, int fd,
 			   const struct iovec *iov, int iovcnt, int flags)
+{
+	struct call_wait w = {0};
+	ssize_t n = send_waits(c, f, fd, iov, iovcnt, flags, &w);
+
+	call_wait_end(&w, uls_conn_fd(c, fd));
+	return n;
+}
+
+static ssize_t send_waits(struct uls_conn *c, struct fab_conn *f, int fd,
+			  const struct iovec *iov, int iovcnt, int flags, struct call_wait *w)
 {
 	size_t total = iov_total(iov, (size_t)iovcnt), sent = 0;
 	int nonblock = (flags & MSG_DONTWAIT) || atomic_load(&c->nonblock);
@@ -345,6 +503,10 @@ static ssize_t send_fabric(struct uls_conn *c, struct fab_conn *f, int fd,
 	for (;;) {
 		pthread_mutex_lock(&fab.mu);
 		fab_progress();
+		if (f->tx_stop) { /* the peer moved the connection back meanwhile (9.10) */
+			pthread_mutex_unlock(&fab.mu);
+			return sent ? (ssize_t)sent : FAB_MOVED;
+		}
 		if (f->err) {
 			int e = f->err;
 			pthread_mutex_unlock(&fab.mu);
@@ -373,12 +535,14 @@ static ssize_t send_fabric(struct uls_conn *c, struct fab_conn *f, int fd,
 				break;
 			sent += n;
 		}
+		w->gen = atomic_load(&f->gen);
+		w->tx_done = fab.tx_done;
 		pthread_mutex_unlock(&fab.mu);
 		if (sent == total || (sent && nonblock))
 			break;
 		if (nonblock)
 			return -EAGAIN;
-		int r = fab_wait(f, fd, 0, deadline);
+		int r = fab_wait(f, fd, WAIT_TX, deadline, w);
 		if (r < 0) {
 			if (sent)
 				break;
@@ -386,6 +550,53 @@ static ssize_t send_fabric(struct uls_conn *c, struct fab_conn *f, int fd,
 		}
 	}
 	return (ssize_t)sent;
+}
+
+/*
+ * Before this side's switch (tx_mu held): TCP, as the kernel's send, but a blocking one
+ * waits here, not in the kernel, so that the handshake goes on meanwhile (a server that
+ * sits in a full TCP send would leave the client's CONNECT unanswered); the switch, once
+ * the handshake is done, takes the rest of the bytes to the fabric.
+ */
+static ssize_t send_tcp(struct uls_conn *c, struct fab_conn *f, int fd,
+			const struct iovec *iov, int iovcnt, int flags)
+{
+	size_t total = iov_total(iov, (size_t)iovcnt), sent = 0;
+	int nonblock = (flags & MSG_DONTWAIT) || atomic_load(&c->nonblock);
+	uint64_t deadline = deadline_of(c->sndtimeo_ns);
+	struct call_wait w = {0};
+	struct iovec tmp[64];
+	ssize_t r;
+
+	for (;;) {
+		w.gen = atomic_load(&f->gen);
+		struct msghdr m = {.msg_iov = tmp,
+				   .msg_iovlen = (size_t)iov_window(iov, (size_t)iovcnt, sent,
+								    total - sent, tmp)};
+		r = uls_libc.sendmsg(uls_conn_fd(c, fd), &m, flags | MSG_DONTWAIT);
+		if (r > 0) {
+			f->tx_tcp += (uint64_t)r;
+			sent += (size_t)r;
+			if (sent >= total)
+				break;
+			continue;
+		}
+		r = r < 0 ? -errno : 0;
+		if (r != -EAGAIN || nonblock || total == 0)
+			break;
+		fab_step(f, fd);
+		fab_maybe_switch(f);
+		if (f->tx_sw) {
+			r = send_fabric(c, f, fd, tmp, (int)m.msg_iovlen, flags & ~MSG_DONTWAIT);
+			if (r > 0)
+				sent += (size_t)r;
+			break;
+		}
+		if ((r = fab_wait(f, fd, WAIT_TX_TCP, deadline, &w)) < 0)
+			break;
+	}
+	call_wait_end(&w, uls_conn_fd(c, fd));
+	return sent ? (ssize_t)sent : r;
 }
 
 static ssize_t fab_tx(struct uls_conn *c, int fd, const struct iovec *iov, int iovcnt,
@@ -403,14 +614,23 @@ static ssize_t fab_tx(struct uls_conn *c, int fd, const struct iovec *iov, int i
 	if (flags & MSG_OOB)
 		f->tx_never = !f->tx_sw; /* urgent data keeps the direction on TCP */
 	fab_maybe_switch(f);
-	if (!f->tx_sw) {
-		n = uls_kernel_transport.send(c, fd, iov, iovcnt, flags);
-		if (n > 0)
-			f->tx_tcp += (uint64_t)n;
+	if (f->tx_stop) {
+		/* Moved back (9.10): what a leaving peer had not read goes first. */
+		n = fab_resend(f, uls_conn_fd(c, fd), (flags & MSG_DONTWAIT) || atomic_load(&c->nonblock));
+		if (n == 0)
+			n = uls_kernel_transport.send(c, fd, iov, iovcnt, flags);
+	} else if (!f->tx_sw) {
+		n = send_tcp(c, f, fd, iov, iovcnt, flags);
 	} else if (flags & MSG_OOB) {
 		n = -EOPNOTSUPP;
 	} else {
 		n = send_fabric(c, f, fd, iov, iovcnt, flags);
+		if (n == FAB_MOVED) {
+			n = fab_resend(f, uls_conn_fd(c, fd),
+				       (flags & MSG_DONTWAIT) || atomic_load(&c->nonblock));
+			if (n == 0)
+				n = uls_kernel_transport.send(c, fd, iov, iovcnt, flags);
+		}
 	}
 	pthread_mutex_unlock(&f->tx_mu);
 	if (n > 0)
@@ -456,7 +676,7 @@ static int fab_kernel_parts(struct uls_conn *c)
 		return ULS_KERNEL_RX | ULS_KERNEL_TX;
 	if (!rx_on_fabric(f))
 		parts |= ULS_KERNEL_RX;
-	if (!f->tx_sw)
+	if (!f->tx_sw || f->tx_stop)
 		parts |= ULS_KERNEL_TX;
 	return parts;
 }
@@ -479,11 +699,15 @@ static int fab_ready(struct uls_conn *c, int events)
 		if (f->fin || f->tcp_end)
 			r |= POLLRDHUP;
 	}
-	if (f->tx_sw && (f->err || f->peer_closed || f->tcp_end ||
+	if (f->tx_sw && !f->tx_stop && (f->err || f->peer_closed || f->tcp_end ||
 			 (f->peer_window > f->tx_fab - f->tx_ret && fab_tx_room())))
 		r |= POLLOUT;
 	if (f->err)
 		r |= POLLIN | POLLOUT | POLLERR | POLLHUP;
+	/* Both directions ended (the peer's FIN read here, this side's sent), as the kernel
+	 * says of a socket shut both ways. */
+	if (f->fin && f->fin_sent)
+		r |= POLLHUP;
 	pthread_mutex_unlock(&fab.mu);
 	return r & (events | POLLERR | POLLHUP);
 }
@@ -516,8 +740,10 @@ static int fab_sleep_recv(struct uls_conn *c, int fd)
 
 static uint64_t fab_gen(struct uls_conn *c, int events)
 {
-	(void)events;
-	return on_tcp(c) ? 0 : atomic_load(&fab_of(c)->gen);
+	if (on_tcp(c))
+		return 0;
+	/* Send room also comes back with any send's completion (a free slot). */
+	return atomic_load(&fab_of(c)->gen) + ((events & POLLOUT) ? fab.tx_done : 0);
 }
 
 static int fab_inq(struct uls_conn *c, int fd, int *out)
@@ -558,21 +784,75 @@ static int fab_atmark(struct uls_conn *c, int fd, int *out)
 
 /* ------------------------------------------------------------------ back to TCP */
 
+/*
+ * Moves f back to TCP in place (9.10), this side leaving: REVERT{REQUEST|LEAVING} says
+ * where its fabric stream ends and how far it read the peer's; it drops what it had not
+ * read (the peer sends it again on TCP) and waits for the peer's REVERT, after which both
+ * directions are TCP's alone. Both locks are held: no call of this process is inside.
+ */
+static int revert_locked(struct uls_conn *c, struct fab_conn *f, int fd, int timeout_ms)
+{
+	uint64_t until = uls_now_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 2000) * 1000000u;
+	int r;
+
+	pthread_mutex_lock(&fab.mu);
+	fab_progress();
+	r = fab_abandon(f);
+	if (r == 0) {
+		pthread_mutex_unlock(&fab.mu);
+		uls_conn_set_kernel(c, fd, f->why);
+		return 0;
+	}
+	if (f->orphan || (f->hs != HS_DONE && f->hs != HS_SRV_ACCEPTED) || f->err) {
+		pthread_mutex_unlock(&fab.mu);
+		return f->err ? -f->err : -EBUSY;
+	}
+	r = fab_send_revert(f, ULS_FAB_REVERT_REQUEST | ULS_FAB_REVERT_LEAVING);
+	if (r == 0) {
+		f->rev = 1;
+		f->tx_stop = 1;
+		f->tx_never = 1;
+		f->rx_out = f->rx_in; /* dropped: the peer sends it again */
+	}
+	while (r == 0 && !f->rev_answered && !f->err) {
+		int may = fab_trywait();
+		pthread_mutex_unlock(&fab.mu);
+		if (uls_now_ns() >= until) {
+			pthread_mutex_lock(&fab.mu);
+			r = -ETIMEDOUT;
+			break;
+		}
+		if (may) {
+			struct pollfd p = {.fd = fab.ep.wait_fd, .events = POLLIN};
+			uls_libc.poll(&p, 1, 1);
+		}
+		pthread_mutex_lock(&fab.mu);
+		fab_progress();
+	}
+	if (r == 0 && f->err)
+		r = -f->err;
+	pthread_mutex_unlock(&fab.mu);
+	if (r < 0)
+		return r;
+	/* Crossing REQUESTs: the peer left too, and gets again what it had not read. */
+	if (f->resend_pending && (r = (int)fab_resend(f, uls_conn_fd(c, fd), 0)) < 0)
+		return r;
+	uls_conn_set_kernel(c, fd, "moved back to kernel TCP");
+	return 0;
+}
+
 static int fab_revert(struct uls_conn *c, int fd, int timeout_ms)
 {
 	struct fab_conn *f = fab_of(c);
 	int r;
 
-	(void)timeout_ms;
 	if (on_tcp(c))
 		return 0;
 	pthread_mutex_lock(&f->tx_mu);
-	pthread_mutex_lock(&fab.mu);
-	r = fab_abandon(f);
-	pthread_mutex_unlock(&fab.mu);
+	pthread_mutex_lock(&f->rx_mu);
+	r = on_tcp(c) ? 0 : revert_locked(c, f, fd, timeout_ms);
+	pthread_mutex_unlock(&f->rx_mu);
 	pthread_mutex_unlock(&f->tx_mu);
-	if (r == 0)
-		uls_conn_set_kernel(c, fd, f->why);
 	return r;
 }
 
@@ -598,9 +878,14 @@ static void fab_async(struct uls_conn *c, int fd)
 	fab_revert(c, fd, 0);
 }
 
+/* On TCP for good: late fabric messages for it are dropped from now on. */
 static void fab_settled(struct uls_conn *c)
 {
-	(void)c;
+	struct fab_conn *f = fab_of(c);
+
+	pthread_mutex_lock(&fab.mu);
+	fab_unlist(f);
+	pthread_mutex_unlock(&fab.mu);
 }
 
 /* ------------------------------------------------------------------ close */
@@ -677,6 +962,7 @@ static void fab_destroy(struct uls_conn *c)
 	uls_fab_dirq_fini(&f->dq);
 	pthread_mutex_destroy(&f->tx_mu);
 	pthread_mutex_destroy(&f->rx_mu);
+	free(f->txbuf);
 	free(f->rxbuf);
 	free(f);
 	memset(c->tp_state, 0, sizeof(f));
@@ -706,6 +992,28 @@ static void fab_atfork_child(void)
 		f->orphan = 1;
 		pthread_mutex_init(&f->tx_mu, NULL);
 		pthread_mutex_init(&f->rx_mu, NULL);
+	}
+}
+
+/*
+ * Before an exec: the new image cannot take a fabric connection over (its endpoint and
+ * state die with this one), so every one it inherits moves back to TCP first; a failure
+ * is logged, and that connection is broken for the new program.
+ */
+static void fab_exec_begin(void)
+{
+	int max = uls_fd_max();
+
+	for (int fd = 0; fd < max && fab.nconns; fd++) {
+		struct uls_conn *c = uls_fd_conn(fd);
+		if (!c || c->tp != &uls_fabric_transport || on_tcp(c))
+			continue;
+		int fl = uls_libc.fcntl(fd, F_GETFD);
+		if (fl < 0 || (fl & FD_CLOEXEC))
+			continue;
+		int r = fab_revert(c, fd, 2000);
+		if (r < 0)
+			uls_warn("exec: fd=%d could not move back to kernel TCP: %s", fd, strerror(-r));
 	}
 }
 
@@ -760,6 +1068,7 @@ const struct uls_transport_ops uls_fabric_transport = {
 	.joined = fab_joined,
 	.tcp_info = fab_tcp_info,
 	.atfork_child = fab_atfork_child,
+	.exec_begin = fab_exec_begin,
 	.wait_fd = fab_wait_fd,
 	.nap_ns = fab_nap_ns,
 };

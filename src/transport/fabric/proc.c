@@ -41,7 +41,11 @@ struct fab_peer {
 	fi_addr_t fi;
 };
 
+/* At most the provider's eager size (rxm's is 16 KiB): a larger message goes by rendezvous,
+ * whose completion may come after later small ones' (9.2). */
 #define SLOT_SIZE 8192u
+#define UNPINNED_RX (4u << 20)
+#define UNPINNED_TX (2u << 20)
 
 /* Sends deferred until the provider takes them (post_tx), oldest first. */
 static struct fab_op **deferred;
@@ -145,10 +149,13 @@ int fab_open_at(const struct sockaddr_storage *local)
 		uls_fab_ep_close(&fab.ep);
 		return open_failed("provider %.32s has no wait descriptor: not supported yet", why);
 	}
-	nrx = (uint32_t)(uls_fab_pool_budget(1) / SLOT_SIZE);
-	ntx = (uint32_t)(uls_fab_pool_budget(0) / SLOT_SIZE);
-	nrx = nrx > 256 ? 256 : nrx;
-	ntx = ntx > 128 ? 128 : ntx;
+	/* Pinned memory is what RLIMIT_MEMLOCK bounds: a provider that registers nothing
+	 * (no FI_MR_LOCAL: tcp, rxm over it) pins nothing either. */
+	int pins = (fab.ep.info->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
+	nrx = (uint32_t)((pins ? uls_fab_pool_budget(1) : UNPINNED_RX) / SLOT_SIZE);
+	ntx = (uint32_t)((pins ? uls_fab_pool_budget(0) : UNPINNED_TX) / SLOT_SIZE);
+	nrx = nrx > 512 ? 512 : nrx;
+	ntx = ntx > 256 ? 256 : ntx;
 	if (nrx < 2 * HS_SLOTS || ntx < 8) {
 		uls_fab_ep_close(&fab.ep);
 		return open_failed("%s", "RLIMIT_MEMLOCK too low for the slot pools");
@@ -417,6 +424,27 @@ int fab_send_fin(struct fab_conn *f, uint64_t pos, int close)
 	return fab_send_ctl(f, ULS_FAB_FIN, p, sizeof(p));
 }
 
+uint64_t fab_rx_consumed(const struct fab_conn *f)
+{
+	if (f->peer_sw && f->peer_sw_pos != UINT64_MAX && f->rx_tcp >= f->peer_sw_pos)
+		return f->peer_sw_pos + f->rx_out;
+	return f->rx_tcp;
+}
+
+int fab_send_revert(struct fab_conn *f, uint32_t flags)
+{
+	struct uls_fab_revert r = {
+		.flags = flags,
+		.fabric_end = f->tx_sw ? f->tx_sw_pos + f->tx_fab : f->tx_tcp,
+		.tcp_pos = f->tx_tcp,
+		.rx_consumed = fab_rx_consumed(f),
+	};
+	uint8_t p[ULS_FAB_REVERT_SIZE];
+
+	uls_fab_revert_pack(&r, p);
+	return fab_send_ctl(f, ULS_FAB_REVERT, p, sizeof(p));
+}
+
 int fab_send_data(struct fab_conn *f, const struct iovec *iov, int iovcnt, size_t skip,
 		  size_t n)
 {
@@ -438,18 +466,70 @@ int fab_send_data(struct fab_conn *f, const struct iovec *iov, int iovcnt, size_
 		skip = 0;
 	}
 	int r = conn_post(f, op, slot, ULS_FAB_DATA, n, 0);
-	if (r == 0)
+	if (r == 0) {
+		/* Kept until the peer's window returns it (fabric_int.h, txbuf). */
+		size_t at = (size_t)(f->tx_fab % f->peer_window), first = f->peer_window - at;
+		if (first > n)
+			first = n;
+		memcpy(f->txbuf + at, slot + FAB_HDR, first);
+		memcpy(f->txbuf, slot + FAB_HDR + first, n - first);
 		f->tx_fab += n;
+	}
 	return r;
 }
 
 /* ------------------------------------------------------------------ arrivals */
+
+void fab_done(struct fab_conn *f)
+{
+	f->hs = HS_DONE;
+	/* The reason names the provider on the fabric path (`ulsock stat`, the log), set
+	 * first: whoever sees the path logs it (the accept that ran this progress, say). */
+	snprintf(f->c->reason, sizeof(f->c->reason), "%s", fab.ep.prov);
+	atomic_store(&f->c->path, ULS_PATH_FABRIC);
+	atomic_fetch_add(&f->gen, 1);
+}
 
 void fab_violation(struct fab_conn *f, const char *what)
 {
 	if (!f->err)
 		uls_warn("fabric: the peer broke the protocol (%s): the connection is reset", what);
 	f->err = ECONNRESET;
+	atomic_fetch_add(&f->gen, 1);
+}
+
+/*
+ * The peer's REVERT (9.10): its fabric stream ends where it says, which must be where it
+ * is here; a leaving peer gets again, on TCP, what it had not read; a REQUEST is answered
+ * at once, and from here this side sends on TCP only.
+ */
+static void revert_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len)
+{
+	struct uls_fab_revert r;
+	int peer_fab = f->peer_sw && f->peer_sw_pos != UINT64_MAX;
+
+	if (uls_fab_revert_parse(&r, p, len) < 0 || f->peer_rev ||
+	    (peer_fab && r.fabric_end != f->peer_sw_pos + f->rx_in))
+		return fab_violation(f, "revert");
+	if ((r.flags & ULS_FAB_REVERT_LEAVING) && f->tx_sw) {
+		uint64_t end = f->tx_sw_pos + f->tx_fab;
+		uint64_t from = r.rx_consumed > f->tx_sw_pos ? r.rx_consumed : f->tx_sw_pos;
+		if (r.rx_consumed > end || from < f->tx_sw_pos + f->tx_ret)
+			return fab_violation(f, "revert: consumed out of range");
+		f->resend_from = from;
+		f->resend_pending = 1;
+	} else if (!(r.flags & ULS_FAB_REVERT_LEAVING) && f->rev && f->tx_sw &&
+		   r.rx_consumed > f->tx_sw_pos + f->tx_fab) {
+		return fab_violation(f, "revert: consumed out of range");
+	}
+	f->peer_rev = 1;
+	f->peer_fab_end = peer_fab ? r.fabric_end : 0;
+	if (f->rev) {
+		f->rev_answered = 1; /* the answer, or a REQUEST crossing ours */
+	} else if (r.flags & ULS_FAB_REVERT_REQUEST) {
+		fab_send_revert(f, 0);
+		f->tx_stop = 1;
+	}
 	atomic_fetch_add(&f->gen, 1);
 }
 
@@ -467,8 +547,13 @@ static void conn_arrival(struct fab_conn *f, const struct uls_fab_hdr *h, const 
 	atomic_fetch_add(&f->gen, 1);
 	switch (h->type) {
 	case ULS_FAB_DATA: {
-		if (!f->peer_sw || f->peer_sw_pos == UINT64_MAX || f->fin)
+		if (!f->peer_sw || f->peer_sw_pos == UINT64_MAX || f->fin || f->peer_rev)
 			return fab_violation(f, "data outside its switch and FIN");
+		if (f->rev) { /* this side left: the peer sends it again on TCP */
+			f->rx_in += h->len;
+			f->rx_out = f->rx_in;
+			return;
+		}
 		if (f->rx_in + h->len - f->rx_ret > f->rx_window)
 			return fab_violation(f, "data beyond the window");
 		uint32_t at = (uint32_t)(f->rx_in & (f->rx_window - 1)), first = f->rx_window - at;
@@ -492,10 +577,8 @@ static void conn_arrival(struct fab_conn *f, const struct uls_fab_hdr *h, const 
 			return fab_violation(f, "switch behind the TCP bytes read");
 		f->peer_sw = 1;
 		f->peer_sw_pos = pos;
-		if (f->hs == HS_SRV_ACCEPTED) {
-			f->hs = HS_DONE;
-			atomic_store(&f->c->path, ULS_PATH_FABRIC);
-		}
+		if (f->hs == HS_SRV_ACCEPTED)
+			fab_done(f);
 		return;
 	}
 	case ULS_FAB_FIN: {
@@ -512,7 +595,9 @@ static void conn_arrival(struct fab_conn *f, const struct uls_fab_hdr *h, const 
 	case ULS_FAB_RESET:
 		f->err = ECONNRESET;
 		return;
-	default: /* SLEEP, REVERT: not sent by this version (no NEED_WAKE, no revert yet) */
+	case ULS_FAB_REVERT:
+		return revert_arrival(f, p, h->len);
+	default: /* SLEEP: not sent by this version (no NEED_WAKE) */
 		return fab_violation(f, uls_fab_type_name(h->type));
 	}
 }
@@ -541,6 +626,7 @@ static void tx_done(struct fab_op *op, int err)
 	struct fab_conn *f = op->tag ? fab_by_tag(op->tag) : NULL;
 
 	uls_fab_pool_put(&fab.txp, op->idx);
+	fab.tx_done++; /* a slot is free: senders waiting for one look again */
 	if (f && f->tx_flight)
 		f->tx_flight--;
 	if (!err)

@@ -26,7 +26,7 @@
 #include "../../os/libc.h"
 #include "policy.h"
 
-#define CLIENT_WAIT_NS 1000000000ull /* ACCEPT */
+#define CLIENT_WAIT_NS 2000000000ull /* ACCEPT */
 #define SERVER_WAIT_NS 2000000000ull /* CONNECT */
 #define WINDOW 262144u
 
@@ -243,6 +243,8 @@ enum uls_tp_answer fab_accept(struct uls_conn *c, int fd, char *why, size_t wlen
 	memcpy(f->ns, reg.where.ns, sizeof(f->ns));
 	f->tuple = reg.tuple;
 	f->hs_deadline = uls_now_ns() + SERVER_WAIT_NS;
+	/* A server busy accepting answers the CONNECTs of its earlier connections here too. */
+	fab_progress();
 	pthread_mutex_unlock(&fab.mu);
 	return ULS_TP_TAKEN;
 }
@@ -259,6 +261,7 @@ int fab_adopt(struct uls_conn *c, int fd)
 /* Stays on TCP for why (fab.mu held). The conn learns it at its next call (fab_step). */
 static void hs_fail(struct fab_conn *f, const char *fmt, const char *detail)
 {
+	atomic_fetch_add(&f->gen, 1);
 	f->hs = HS_FAILED;
 	snprintf(f->why, sizeof(f->why), fmt, detail);
 	if (f->tag)
@@ -389,6 +392,11 @@ static void on_connect(const uint8_t *p, uint32_t len)
 	f->peer_tag = m.tag;
 	f->peer_slot = m.slot_size;
 	f->peer_window = m.conn_window;
+	if (!(f->txbuf = malloc(f->peer_window))) {
+		send_short(from, ULS_FAB_DECLINE, m.tag, ULS_FAB_R_RESOURCES, m.nc);
+		hs_declined(f, ULS_FAB_R_RESOURCES);
+		return;
+	}
 	memcpy(f->nc, m.nc, sizeof(f->nc));
 	memcpy(f->connect_mac, m.mac, sizeof(f->connect_mac));
 	f->tag = new_tag();
@@ -400,6 +408,7 @@ static void on_connect(const uint8_t *p, uint32_t len)
 	/* From here the client's SWITCH must be honoured, however late (9.4). */
 	f->hs = HS_SRV_ACCEPTED;
 	f->hs_deadline = uls_now_ns() + SERVER_WAIT_NS;
+	atomic_fetch_add(&f->gen, 1);
 	uls_dbg("fabric: fd=%d CONNECT taken, ACCEPT sent", f->fd);
 }
 
@@ -424,6 +433,8 @@ static void on_accept(uint64_t tag, const uint8_t *p, uint32_t len)
 		       !uls_fab_accept_mac_ok(fab_key, fab_key_len, p, f->connect_mac)) ||
 		      (m.flags & ULS_FAB_CF_NEED_WAKE);
 	}
+	if (!bad && !(f->txbuf = malloc(m.conn_window)))
+		bad = 1;
 	if (bad) {
 		send_short(f->peer, ULS_FAB_ABORT, 0, ULS_FAB_R_PARAMS, f->ns);
 		hs_fail(f, "fabric: declined (%s)", "ACCEPT not valid");
@@ -433,6 +444,7 @@ static void on_accept(uint64_t tag, const uint8_t *p, uint32_t len)
 	f->peer_slot = m.slot_size;
 	f->peer_window = m.conn_window;
 	f->hs = HS_CLI_ACCEPTED;
+	atomic_fetch_add(&f->gen, 1);
 	uls_dbg("fabric: fd=%d ACCEPT taken", f->fd);
 }
 
@@ -600,18 +612,41 @@ void fab_maybe_switch(struct fab_conn *f)
 	pthread_mutex_unlock(&fab.mu);
 }
 
+/*
+ * The peer moved the connection back (9.10): once what a leaving peer had not read has
+ * gone again on TCP and its fabric stream has been read to its end, the connection is
+ * kernel TCP's. Resends here only when no send is under way (it does them itself).
+ */
+static void peer_left(struct fab_conn *f, int fd)
+{
+	if (f->resend_pending && pthread_mutex_trylock(&f->tx_mu) == 0) {
+		fab_resend(f, uls_conn_fd(f->c, fd), 1);
+		pthread_mutex_unlock(&f->tx_mu);
+	}
+	pthread_mutex_lock(&fab.mu);
+	int done = !f->resend_pending && !f->rev &&
+		   (!f->peer_sw || f->peer_sw_pos == UINT64_MAX ||
+		    f->peer_sw_pos + f->rx_out >= f->peer_fab_end);
+	pthread_mutex_unlock(&fab.mu);
+	if (done)
+		uls_conn_set_kernel(f->c, fd, "moved back to kernel TCP (the peer asked)");
+}
+
 void fab_step(struct fab_conn *f, int fd)
 {
 	int settled, failed;
 
-	if (__builtin_expect(f->announced, 1) || atomic_load(&f->c->path) == ULS_PATH_KERNEL)
+	if (atomic_load(&f->c->path) == ULS_PATH_KERNEL)
 		return;
+	if (__builtin_expect(f->announced, 1)) {
+		if (__builtin_expect(f->peer_rev, 0))
+			peer_left(f, fd);
+		return;
+	}
 	pthread_mutex_lock(&fab.mu);
 	settled = step_locked(f, fd);
-	if (f->hs == HS_CLI_ACCEPTED) {
-		f->hs = HS_DONE;
-		atomic_store(&f->c->path, ULS_PATH_FABRIC);
-	}
+	if (f->hs == HS_CLI_ACCEPTED)
+		fab_done(f);
 	failed = f->hs == HS_FAILED;
 	pthread_mutex_unlock(&fab.mu);
 	if (!settled)
@@ -626,7 +661,6 @@ void fab_step(struct fab_conn *f, int fd)
 	if (f->hs != HS_DONE)
 		return;
 	f->announced = 1;
-	snprintf(f->c->reason, sizeof(f->c->reason), "%s", fab.ep.prov);
 	uls_conn_log_path(f->c, fd);
 	/* The client switches its direction at once where no send is under way. */
 	if (f->c->role == ULS_CLIENT && pthread_mutex_trylock(&f->tx_mu) == 0) {
