@@ -1,0 +1,132 @@
+"""Between hosts, the socket calls a program makes on a fabric connection (docs/protocol.md,
+section 9): readiness (poll, select, epoll level- and edge-triggered and one-shot, with
+kernel descriptors in the same set), the seeds' tools (ulsock-bench, ulflow) across two
+hosts, libfabric loaded only by processes that use it, and odd call shapes (peek,
+MSG_WAITALL, many iovecs, 1-byte sendmsg, one 4 MiB send, FIONREAD).
+
+Two network namespaces joined by a veth pair stand for the hosts (fabric_hosts.Hosts),
+with fabricd in the server's.  Both ends always run under ulsock, and every connection
+that should be on the fabric is checked to be so on both sides, and to have carried its
+bytes there (the close line's counters).
+
+The calls are tests/helpers/fabric_calls: one process per host, a data connection on an
+allow-listed port (the fabric) and a control connection on another port, which stays on
+kernel TCP ('peer not allow-listed'): it orders the two halves of a case and is the kernel
+descriptor of the mixed readiness sets.
+
+Not covered here, on purpose (limits of this cut): a switched connection used by a fork
+child, carried over exec or sent with SCM_RIGHTS (it cannot move back to TCP yet),
+providers without a wait fd, link-down detection.
+
+Skips where namespaces cannot be made (not root)."""
+
+import os
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import BUILD, PLAIN, expect_paths, run_net_client
+from fabric_hosts import FABRIC_LINE, Hosts
+
+CASES_READY = [f"{m}_{c}" for m in ("poll", "select", "epoll")
+               for c in ("later", "full", "eof_shut", "eof_close")] + [
+    "epoll_et_read", "epoll_et_write", "epoll_oneshot", "read_later"]
+CASES_DATA = ["peek", "waitall", "iov", "sendmsg1", "big_send", "fionread"]
+
+pytestmark = pytest.mark.skipif(PLAIN, reason="ULSOCK_TEST_PLAIN=1: the fabric needs ulsock")
+
+
+class FabricHosts(Hosts):
+    """Hosts whose allow-list holds one port of the server, PORT; CTL, another port of the
+    server, is not allow-listed."""
+
+    def __init__(self, uls, netns):
+        super().__init__(uls, netns)
+        self.port = random.randint(20000, 29999)
+        self.ctl = self.port + 1
+        self.env["ULSOCK_FABRIC_PEERS"] = f"{self.saddr.rsplit('.', 1)[0]}.0/24:{self.port}"
+
+
+@pytest.fixture
+def hosts(uls, netns):
+    return FabricHosts(uls, netns)
+
+
+def fabric_lines(proc):
+    """(tcp_tx, fabric_tx, tcp_rx, fabric_rx) of each fabric connection PROC closed."""
+    return [tuple(int(m[i]) for i in range(1, 5)) for m in FABRIC_LINE.finditer(proc.log_text())]
+
+
+def check_split(proc, port, local):
+    """PROC's connection on PORT (its local port if LOCAL, else the peer's) is on the
+    fabric, the others on TCP as not allow-listed; returns the data connection's counters."""
+    lines = proc.paths()
+    data = [ln for ln in lines if (ln.local_port if local else ln.peer_port) == port]
+    other = [ln for ln in lines if ln not in data]
+    ctx = f"\n{proc.describe()}"
+    assert len(data) == 1 and data[0].path == "fabric", f"{proc.name}: {data}" + ctx
+    assert other and all(ln.path == "kernel" and "not allow-listed" in ln.reason
+                         for ln in other), f"{proc.name}: {other}" + ctx
+    counts = fabric_lines(proc)
+    assert len(counts) == 1, f"{proc.name}: fabric close lines {counts}" + ctx
+    return counts[0]
+
+
+def run_pair(hosts, case, timeout=30):
+    """Runs CASE's server half in the server's namespace and its client half in the
+    client's; both must pass.  Returns (server, client) Procs."""
+    helper = hosts.uls.helper("fabric_calls")
+    common = ["--addr", hosts.saddr, "--port", str(hosts.port), "--ctl-port", str(hosts.ctl)]
+    server = hosts.uls.start([helper, case, "--role", "server", *common], name="server",
+                             env=hosts.env, wrap=hosts.s.prefix, ready=r"READY port=")
+    client = hosts.uls.start([helper, case, "--role", "client", *common], name="client",
+                             env=hosts.env, wrap=hosts.c.prefix)
+    client.wait(timeout=timeout)
+    server.wait(timeout=timeout)
+    for p in (server, client):
+        assert f"calls: PASS {case}" in p.output(), p.describe()
+    return server, client
+
+
+def check_on_fabric(server, client, port):
+    """The data connection was on the fabric at both ends and, past the greeting byte each
+    way, carried every byte there."""
+    s = check_split(server, port, local=True)
+    c = check_split(client, port, local=False)
+    for name, (ttx, ftx, trx, frx) in (("server", s), ("client", c)):
+        assert ttx <= 1 and trx <= 1, f"{name}: bytes on TCP past the greeting: {s} {c}"
+        assert ftx >= 1 and frx >= 1, f"{name}: nothing on the fabric: {s} {c}"
+    # What one side sent on the fabric, the other received there.
+    assert s[1] == c[3] and c[1] == s[3], (s, c)
+
+
+def test_case_list(uls):
+    """The helper has exactly the cases this suite runs."""
+    proc = uls.run([uls.helper("fabric_calls"), "list"], name="list", ulsock=False)
+    assert sorted(proc.output().split()) == sorted(CASES_READY + CASES_DATA)
+
+
+@pytest.mark.parametrize("case", CASES_READY)
+def test_readiness(hosts, case):
+    """poll, select and epoll on a fabric connection, in one set with a pipe and a kernel
+    TCP connection: a sleeper woken by data that comes later (only the fabric descriptor
+    reports), a writer blocked on a full window woken by POLLOUT/EPOLLOUT once the peer
+    reads (every byte verified), EOF readiness (POLLIN|POLLRDHUP, EPOLLRDHUP) after the
+    peer's SHUT_WR and after its close; epoll edge-triggered (one report per arrival, none
+    after a partial read) and EPOLLONESHOT (none until re-armed; re-arming reports what is
+    pending).  See the cases in tests/helpers/fabric_calls.c."""
+    server, client = run_pair(hosts, case)
+    check_on_fabric(server, client, hosts.port)
+
+
+@pytest.mark.parametrize("case", CASES_DATA)
+def test_call_shapes(hosts, case):
+    """Byte-exact streams through odd call shapes on the fabric: MSG_PEEK (across fabric
+    messages, then reads of the same bytes), MSG_WAITALL of 1 MiB (four connection windows)
+    over 1,000-byte sends, readv/writev of 1,024 uneven iovecs each way, 20,000 one-byte
+    sendmsg calls, one blocking 4 MiB send() read back in small reads, and FIONREAD equal to
+    what the next read returns (1 byte to 100,000)."""
+    server, client = run_pair(hosts, case)
+    check_on_fabric(server, client, hosts.port)
