@@ -395,6 +395,35 @@ static void eof_close_srv(struct fc *c, enum mech m)
 	c->fd = -1;
 }
 
+/* Both directions shut (the peer's SHUT_WR read to EOF, then this side's own): poll and
+ * epoll report POLLHUP, as the kernel does once a socket is shut both ways. */
+static void hup_cli(struct fc *c, enum mech m)
+{
+	struct wset w;
+
+	ws_init(&w, m);
+	int f = ws_add(&w, c->fd, (short)(POLLIN | POLLRDHUP));
+	ctl_post(c, 's');
+	ws_expect(&w, f, (short)(POLLIN | POLLRDHUP));
+	calls_expect_eof(c->fd);
+	CHECK(shutdown(c->fd, SHUT_WR) == 0);
+	ws_expect(&w, f, (short)(POLLIN | POLLRDHUP | POLLHUP));
+	ws_fini(&w);
+}
+
+static void hup_srv(struct fc *c, enum mech m)
+{
+	(void)m;
+	ctl_await(c, 's');
+	CHECK(shutdown(c->fd, SHUT_WR) == 0);
+	calls_expect_eof(c->fd);
+}
+
+static void poll_hup_cli(struct fc *c) { hup_cli(c, M_POLL); }
+static void poll_hup_srv(struct fc *c) { hup_srv(c, M_POLL); }
+static void epoll_hup_cli(struct fc *c) { hup_cli(c, M_EPOLL); }
+static void epoll_hup_srv(struct fc *c) { hup_srv(c, M_EPOLL); }
+
 #define MECH_CASES(mech, M)                                                                    \
 	static void mech##_later_cli(struct fc *c) { later_cli(c, M); }                        \
 	static void mech##_later_srv(struct fc *c) { later_srv(c, M); }                        \
@@ -821,6 +850,7 @@ static const struct fc_case cases[] = {
     CASE(poll_later),	  CASE(poll_full),	 CASE(poll_eof_shut),	CASE(poll_eof_close),
     CASE(select_later),	  CASE(select_full),	 CASE(select_eof_shut), CASE(select_eof_close),
     CASE(epoll_later),	  CASE(epoll_full),	 CASE(epoll_eof_shut),	CASE(epoll_eof_close),
+    CASE(poll_hup),	  CASE(epoll_hup),
     CASE(epoll_et_read),  CASE(epoll_et_write),	 CASE(epoll_oneshot),
     CASE(read_later),	  CASE(peek),		 CASE(waitall),		CASE(iov),
     CASE(sendmsg1),	  CASE(big_send),	 CASE(fionread),	{NULL, NULL, NULL},
