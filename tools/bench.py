@@ -5,6 +5,10 @@ Every benchmark runs on every substrate (kernel TCP, then ulsock with each profi
 interleaved: repeat r runs the substrates in an order rotated by r, so slow drifts of the
 machine hit all of them alike. Reported numbers are medians over the repeats; the ratio
 is ulsock / kernel (for latency lower is better, for every other row higher is better).
+A benchmark with a reference (Benchmark.reference, such as fi_pingpong beside the fabric
+rows of benchrows_fabric.py) runs it as one more column, interleaved like a substrate, and
+its ulsock cells also give ulsock / reference. A row that cannot run on this machine at
+all (its BenchError has skip set) is reported as skipped, with the reason.
 
 Progress goes to stderr, the table to stdout. Exit status 1 when some cell has no
 successful run at all (with --smoke: when any run failed), 0 otherwise; --smoke skips
@@ -93,6 +97,29 @@ def parse_args():
     return args
 
 
+class Reference:
+    """The column of a benchmark's own reference tool (its run() tells it by .reference)."""
+    profile = None
+    reference = True
+
+    def __init__(self, name):
+        self.name = name
+
+
+def columns(benches, subs):
+    """The substrates, then the reference column of each benchmark that has one."""
+    refs = []
+    for b in benches:
+        name = getattr(b, "reference", None)
+        if name and name not in [r.name for r in refs]:
+            refs.append(Reference(name))
+    return subs + refs
+
+
+def bench_subs(b, cols, subs):
+    return subs + [c for c in cols if c.name == getattr(b, "reference", None)]
+
+
 class Cell:
     """All runs of one benchmark on one substrate."""
 
@@ -100,6 +127,7 @@ class Cell:
         self.samples = []
         self.errors = []
         self.commands = None
+        self.skipped = None
 
     def median(self):
         return benchlib.median(self.samples)
@@ -108,12 +136,16 @@ class Cell:
 def run_all(args, subs):
     benches = [benchlib.benchmark(n) for n in args.names]
     repeats = args.params["repeats"]
-    cells = {(b.name, s.name): Cell() for b in benches for s in subs}
-    total = len(benches) * repeats * len(subs)
+    cols = columns(benches, subs)
+    cells = {(b.name, s.name): Cell() for b in benches for s in bench_subs(b, cols, subs)}
+    total = len(cells) * repeats
     step = 0
     for b in benches:
+        bsubs = bench_subs(b, cols, subs)
         for rep in range(repeats):
-            order = subs[rep % len(subs):] + subs[:rep % len(subs)]
+            if cells[(b.name, subs[0].name)].skipped:
+                break
+            order = bsubs[rep % len(bsubs):] + bsubs[:rep % len(bsubs)]
             for s in order:
                 step += 1
                 cell = cells[(b.name, s.name)]
@@ -124,6 +156,11 @@ def run_all(args, subs):
                     cell.samples.append(v)
                     result = "%s %s" % (benchlib.fmt_value(v), b.unit)
                 except BenchError as e:
+                    if getattr(e, "skip", False):
+                        for t in bsubs:
+                            cells[(b.name, t.name)].skipped = str(e)
+                        log("bench: skipping %s: %s" % (b.name, e))
+                        break
                     cell.errors.append(str(e))
                     first = str(e).splitlines()[0] if str(e) else "error"
                     result = "FAILED: " + first
@@ -133,7 +170,7 @@ def run_all(args, subs):
                     cell.commands = [benchlib.shell_line(c) for c in cmds]
                 log("[%3d/%d] %-8s %-17s rep %d: %s (%.1f s)"
                     % (step, total, b.name, s.name, rep + 1, result, time.monotonic() - t0))
-    return benches, cells
+    return benches, cells, cols
 
 
 def ratio(cell, base):
@@ -144,18 +181,25 @@ def ratio(cell, base):
 
 
 def table_rows(benches, subs, cells, repeats):
-    """Rows of strings: header first. ulsock cells read 'median (xratio)'."""
+    """Rows of strings: header first. ulsock cells read 'median (xratio)', and with a
+    reference 'median (xratio, xratio-to-reference REF)'. SUBS: the columns."""
     head = ["benchmark", "unit"] + [s.name for s in subs]
     rows = [head]
     for b in benches:
         base = cells[(b.name, subs[0].name)]
+        ref = cells.get((b.name, getattr(b, "reference", None)))
         row = [b.title, b.unit + (" (lower is better)" if b.lower_is_better else "")]
         for i, s in enumerate(subs):
-            c = cells[(b.name, s.name)]
+            c = cells.get((b.name, s.name))
+            if c is None or c.skipped:
+                row.append("-" if c is None else "skipped")
+                continue
             text = benchlib.fmt_value(c.median())
-            if i > 0 and c.median() is not None:
+            if i > 0 and c.median() is not None and not getattr(s, "reference", False):
                 r = ratio(c, base)
-                text += "  (x%.2f)" % r if r is not None else "  (x?)"
+                text += "  (x%.2f" % r if r is not None else "  (x?"
+                r = ratio(c, ref) if ref is not None else None
+                text += ", x%.2f %s)" % (r, b.reference) if r is not None else ")"
             if c.samples and len(c.samples) < repeats:
                 text += " [%d/%d ok]" % (len(c.samples), repeats)
             row.append(text)
@@ -221,12 +265,21 @@ def to_json(args, benches, subs, cells):
         base = cells[(b.name, subs[0].name)]
         res[b.name] = {"title": b.title, "unit": b.unit, "lower_is_better": b.lower_is_better,
                        "substrates": {}}
+        ref = cells.get((b.name, getattr(b, "reference", None)))
+        if base.skipped:
+            res[b.name]["skipped"] = base.skipped
+        if ref is not None:
+            res[b.name]["reference"] = {
+                "name": b.reference, "samples": ref.samples, "median": ref.median(),
+                "errors": ref.errors, "commands": ref.commands or []}
         for s in subs:
             c = cells[(b.name, s.name)]
             res[b.name]["substrates"][s.name] = {
                 "samples": c.samples, "median": c.median(),
                 "ratio_to_kernel": ratio(c, base), "errors": c.errors,
                 "commands": c.commands or []}
+            if ref is not None:
+                res[b.name]["substrates"][s.name]["ratio_to_reference"] = ratio(c, ref)
     host = host_info()
     host["c2c_before"], host["c2c_after"] = args.c2c
     return {"host": host, "mode": args.mode, "params": args.params,
@@ -250,7 +303,11 @@ def write_markdown(path, args, rows, benches, subs, cells):
         for b in benches:
             f.write("### %s\n\n```\n" % b.title)
             for s in subs:
+                if (b.name, s.name) not in cells:
+                    continue
                 f.write("# %s\n" % s.name)
+                if cells[(b.name, s.name)].skipped:
+                    f.write("(skipped: %s)\n" % cells[(b.name, s.name)].skipped)
                 for line in cells[(b.name, s.name)].commands or ["(did not start)"]:
                     f.write("%s\n" % line)
             f.write("```\n\n")
@@ -303,11 +360,15 @@ def main():
 
     probe_s = 1 if args.smoke else 3
     before = c2c_probe(args.params["build_dir"], probe_s)
-    benches, cells = run_all(args, subs)
+    benches, cells, cols = run_all(args, subs)
     args.c2c = (before, c2c_probe(args.params["build_dir"], probe_s))
-    rows = table_rows(benches, subs, cells, args.params["repeats"])
+    rows = table_rows(benches, cols, cells, args.params["repeats"])
     print(format_text(rows))
-    print("\nmedian of %d runs; (xR) = ulsock / kernel TCP" % args.params["repeats"])
+    print("\nmedian of %d runs; (xR) = ulsock / kernel TCP, (.., xF REF) = ulsock / REF"
+          % args.params["repeats"])
+    for b in benches:
+        if cells[(b.name, subs[0].name)].skipped:
+            print("skipped %s: %s" % (b.name, cells[(b.name, subs[0].name)].skipped))
     print("cache-line round trip CPU 0 <-> 1 (min/median/max): %s before, %s after"
           % (c2c_text(args.c2c[0]), c2c_text(args.c2c[1])))
 
@@ -316,13 +377,14 @@ def main():
         with open(args.json, "w") as f:
             json.dump(data, f, indent=1)
     if args.markdown:
-        write_markdown(args.markdown, args, rows, benches, subs, cells)
+        write_markdown(args.markdown, args, rows, benches, cols, cells)
     if args.plot:
         plot(args, data)
 
+    ran = [c for c in cells.values() if not c.skipped]
     if args.smoke:
-        return 1 if any(c.errors for c in cells.values()) else 0
-    return 1 if any(not c.samples for c in cells.values()) else 0
+        return 1 if any(c.errors for c in ran) else 0
+    return 1 if any(not c.samples for c in ran) else 0
 
 
 if __name__ == "__main__":
