@@ -109,19 +109,13 @@ def test_case_list(uls):
     assert sorted(proc.output().split()) == sorted(CASES_READY + CASES_HUP + CASES_DATA)
 
 
-# Seen intermittently in full runs of this file (rarely case by case), in most cases of
-# test_readiness and test_call_shapes: right after the setup, an idle fabric connection
-# reports POLLIN|POLLRDHUP (a non-blocking peek then says EAGAIN) and the kernel control
-# connection in the same set reports POLLIN with nothing sent; sends or reads fail with
-# EPIPE or ECONNRESET while the peer is alive; and the failing process's exit then blocks
-# about 10 s (until the peer exits).  Reproduce: run this file whole two or three times.
+# ulflow across hosts, seen in about 1 full run of 3: ranks 1 and 2 report "lost the
+# coordinator" while rank 0, every connection on the fabric, is alive; the cause is not
+# found yet (issue 14's closing note).
 FLAKY = pytest.mark.xfail(strict=False, reason=(
-    "transport bug, intermittent: spurious POLLIN|POLLRDHUP on an idle fabric connection "
-    "(and POLLIN on a kernel one in the same set), EPIPE/ECONNRESET with a live peer, "
-    "exit blocking ~10 s afterwards"))
+    "transport bug, intermittent: ulflow ranks on another host lose the coordinator"))
 
 
-@FLAKY
 @pytest.mark.parametrize("case", CASES_READY)
 def test_readiness(hosts, case):
     """poll, select and epoll on a fabric connection, in one set with a pipe and a kernel
@@ -135,11 +129,6 @@ def test_readiness(hosts, case):
     check_on_fabric(server, client, hosts.port)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "transport bug: a fabric connection shut both ways (the peer's SHUT_WR read to EOF, then "
-    "its own shutdown(SHUT_WR)) reports POLLIN|POLLRDHUP but never POLLHUP in poll or "
-    "epoll; kernel TCP reports POLLHUP (fab_ready in src/transport/fabric/io.c sets "
-    "POLLHUP only on an error)"))
 @pytest.mark.parametrize("case", CASES_HUP)
 def test_hup_both_shut(hosts, case):
     """After both directions are shut, poll and epoll report POLLHUP/EPOLLHUP."""
@@ -147,7 +136,6 @@ def test_hup_both_shut(hosts, case):
     check_on_fabric(server, client, hosts.port)
 
 
-@FLAKY
 @pytest.mark.parametrize("case", CASES_DATA)
 def test_call_shapes(hosts, case):
     """Byte-exact streams through odd call shapes on the fabric: MSG_PEEK (across fabric
@@ -181,13 +169,15 @@ def maps_libfabric(proc):
 
 def held_pair(h, addr, server_ns):
     """A net_server on ADDR in SERVER_NS and a net_client in the client's namespace holding
-    its one connection open (--hold --pause-held)."""
+    its one connection open (--hold --pause-held), after 1.5 s in poll() so that a fabric
+    handshake has ended before the exchange."""
     server, port = h.uls.server([h.uls.helper("net_server"), "--port", "0", "--addr", addr,
                                  "--mode", "echo", "--max-conns", "1"], name="server",
                                 env=h.env, wrap=server_ns.prefix)
     client = h.uls.start([h.uls.helper("net_client"), "--port", str(port), "--addr", addr,
                           "--mode", "echo", "--conns", "1", "--bytes", "64K", "--hold",
-                          "--pause-held"], name="client", env=h.env, wrap=h.c.prefix,
+                          "--settle", "1500", "--pause-held"], name="client", env=h.env,
+                         wrap=h.c.prefix,
                          stdin=True, ready="HELD")
     return server, client, port
 

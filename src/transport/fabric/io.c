@@ -916,6 +916,9 @@ static void fab_closing(struct uls_conn *c, int fd)
 	}
 	pthread_mutex_unlock(&fab.mu);
 	pthread_mutex_unlock(&f->tx_mu);
+	/* A server still waiting for the client's SWITCH or ABORT: it lived on TCP. */
+	if (atomic_load(&c->path) == ULS_PATH_PENDING)
+		uls_conn_set_kernel(c, fd, "fabric: closed before the handshake ended");
 	for (int i = 0; i < CLOSE_WAIT_MS && !f->orphan; i++) {
 		pthread_mutex_lock(&fab.mu);
 		fab_progress();
