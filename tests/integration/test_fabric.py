@@ -255,3 +255,54 @@ def test_move_back_mid_stream(hosts, how):
     assert FABRIC_PATH.search(client.log_text()), client.describe()
     assert "moved back to kernel TCP (the peer asked)" in client.log_text(), client.describe()
     assert "moved back to kernel TCP" in server.log_text(), server.describe()
+
+
+def test_forking_server(hosts):
+    """A server that accepts, then forks a child per connection (the parent closes its
+    copy): the connection's handshake was the parent's, the socket the child's, so it
+    stays on TCP at both ends, byte-exact, and each side says why."""
+    server, port = hosts.server("--mode", "echo", "--max-conns", "3", "--fork")
+    client = hosts.client(port, "--mode", "echo", "--conns", "3", "--bytes", "2M",
+                          "--max-io", "65536")
+    server.wait()
+    all_ok(server, 3)
+    reason = "fabric: (no answer on the fabric|declined|closed before the handshake ended)"
+    expect_paths(client, "kernel", count=3, reason=reason)
+    assert "path=fabric" not in server.log_text(), server.log_text()
+
+
+def _key(tmp_path, name, data, mode=0o600):
+    p = tmp_path / name
+    p.write_bytes(data)
+    p.chmod(mode)
+    return str(p)
+
+
+@pytest.mark.parametrize("case", ["same", "client_only", "different", "group_readable"])
+def test_key(hosts, tmp_path, case):
+    """ULSOCK_FABRIC_KEY: the same key at both ends takes the fabric (CONNECT and ACCEPT
+    carry HMAC-SHA-256 proofs); a key at one end only, or two different keys, keep TCP
+    ('key mismatch'); a key file others may read is rejected, never used keyless."""
+    k1 = _key(tmp_path, "k1", bytes(range(48)))
+    k2 = _key(tmp_path, "k2", bytes(range(1, 49)))
+    bad = _key(tmp_path, "k3", bytes(range(48)), 0o640)
+    skey, ckey = {"same": (k1, k1), "client_only": (None, k1), "different": (k1, k2),
+                  "group_readable": (bad, bad)}[case]
+    senv = {"ULSOCK_FABRIC_KEY": skey} if skey else {}
+    cenv = {"ULSOCK_FABRIC_KEY": ckey} if ckey else {}
+    server, port = hosts.server("--mode", "echo", "--max-conns", "1", env=senv)
+    client = hosts.uls.start([hosts.uls.helper("net_client"), "--port", str(port), "--addr",
+                              hosts.saddr, "--mode", "echo", "--conns", "1", "--bytes", "1M",
+                              "--hold", "--settle", "2500"], name="client",
+                             env={**hosts.env, **cenv}, wrap=hosts.c.prefix)
+    client.wait()
+    server.wait()
+    all_ok(server, 1)
+    if case == "same":
+        expect_paths(client, "fabric", count=1)
+        expect_paths(server, "fabric", count=1)
+    elif case == "group_readable":
+        expect_paths(client, "kernel", count=1, reason="fabric: key file rejected")
+        expect_paths(server, "kernel", count=1, reason="fabric: key file rejected")
+    else:
+        expect_paths(client, "kernel", count=1, reason="fabric: key mismatch")

@@ -36,8 +36,9 @@ struct uls_fab_lib {
 extern struct uls_fab_lib uls_fab;
 
 /*
- * Loads libfabric (ULSOCK_FABRIC_LIB, default libfabric.so.1) once per process. Returns 0,
- * or -1 with why (wlen bytes) saying what failed; the answer of the first call stands.
+ * Loads libfabric (libfabric.so.1, found as the dynamic linker finds libraries) once per
+ * process. Returns 0, or -1 with why (wlen bytes) saying what failed; the answer of the
+ * first call stands.
  */
 int uls_fab_load(char *why, size_t wlen);
 
