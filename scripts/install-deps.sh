@@ -36,8 +36,9 @@ PACKAGES=(
 	sockperf iperf3 redis-server redis-tools qperf libfabric-bin
 	nginx-light wrk apache2-utils memcached libmemcached-tools haproxy postgresql
 	openssh-server openssh-client openjdk-17-jdk-headless caddy curl
-	# Process and socket inspection used by the tests.
-	iproute2 procps psmisc
+	# Process and socket inspection used by the tests; nftables for the NAT between
+	# namespace hosts in the fabric tests (its service stays disabled: no rules load).
+	iproute2 procps psmisc nftables
 )
 
 # System services that the packages above start when installed. Tests start their own

@@ -8,13 +8,15 @@ side took and, on the fabric, that bytes really crossed it (the close line's cou
 Skips where namespaces cannot be made (not root)."""
 
 import re
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import expect_paths
+from conftest import ULSOCK_BIN, expect_paths, run_net_client, start_net_server
 from fabric_hosts import Hosts, all_ok, fabric_counts
 
 
@@ -306,3 +308,67 @@ def test_key(hosts, tmp_path, case):
         expect_paths(server, "kernel", count=1, reason="fabric: key file rejected")
     else:
         expect_paths(client, "kernel", count=1, reason="fabric: key mismatch")
+
+
+def test_stat_shows_fabric(hosts):
+    """`ulsock stat` lists a held fabric connection with path fabric and its provider at
+    both ends (the stat records are per process, in /dev/shm, which the namespaces
+    share)."""
+    server, port = hosts.server("--mode", "echo", "--max-conns", "1")
+    client = hosts.uls.start([hosts.uls.helper("net_client"), "--port", str(port), "--addr",
+                              hosts.saddr, "--mode", "echo", "--conns", "1", "--bytes", "64K",
+                              "--hold", "--settle", "1500", "--pause-held"], name="client",
+                             env=hosts.env, wrap=hosts.c.prefix, stdin=True, ready="HELD")
+    recs = [r for r in hosts.uls.stat() if r["pid"] in (client.pid, server.pid)]
+    client.send_line()
+    client.wait()
+    server.wait()
+    assert sorted(r["role"] for r in recs) == ["client", "server"], recs
+    for r in recs:
+        assert r["path"] == "fabric" and r["reason"] == "tcp;ofi_rxm", recs
+        assert r["tx_bytes"] == r["rx_bytes"] == 65536, recs
+
+
+def test_provider_without_wait_fd(hosts):
+    """A provider whose completion queue has no wait descriptor (udp;ofi_rxd) is refused by
+    this version at both ends, which stay on TCP with that reason, byte-exact."""
+    env = {"ULSOCK_FABRIC_PROVIDER": "udp;ofi_rxd"}
+    server, port = hosts.server("--mode", "echo", "--max-conns", "1", env=env)
+    client = hosts.client(port, "--mode", "echo", "--conns", "1", "--bytes", "256K", env=env)
+    server.wait()
+    all_ok(server, 1)
+    for p in (client, server):
+        expect_paths(p, "kernel", count=1, reason="fabric: no fabric .*no wait descriptor")
+
+
+def test_nat_between_hosts(uls, netns):
+    """The client reaches the server through a third namespace that masquerades (NAT): the
+    server's fabricd sees the side connection come from the router's address, not the one
+    the client names, and answers TUPLE_MISMATCH; both ends stay on TCP, byte-exact."""
+    if not shutil.which("nft"):
+        pytest.skip("nft is not installed (scripts/install-deps.sh installs nftables)")
+    c, r, s = netns(), netns(), netns()
+    _, rs_dev = netns.veth(c, "10.236.7.2/24", r, "10.236.7.1/24")
+    rs_dev, _ = netns.veth(r, "10.237.7.1/24", s, "10.237.7.2/24")
+    c.ip("route", "add", "default", "via", "10.236.7.1")
+    s.ip("route", "add", "default", "via", "10.237.7.1")
+    for cmd in (["sysctl", "-qw", "net.ipv4.ip_forward=1"],
+                ["nft", "add table ip nat"],
+                ["nft", "add chain ip nat post { type nat hook postrouting priority 100 ; }"],
+                ["nft", f"add rule ip nat post oifname {rs_dev} masquerade"]):
+        res = subprocess.run(r.prefix + cmd, capture_output=True, text=True, timeout=20)
+        assert res.returncode == 0, f"{cmd}: {res.stderr}"
+    env = {"ULSOCK_FABRIC_PEERS": "10.236.7.0/24,10.237.7.0/24",
+           "ULSOCK_FABRIC_PROVIDER": "tcp;ofi_rxm"}
+    uls.start([ULSOCK_BIN, "fabricd", "--foreground"], name="fabricd", ulsock=False,
+              wrap=s.prefix, ready="listening")
+    server, port = start_net_server(uls, "--addr", "10.237.7.2", "--mode", "echo",
+                                    "--max-conns", "2", env=env, wrap=s.prefix)
+    client = run_net_client(uls, port, "--addr", "10.237.7.2", "--mode", "echo", "--conns", "2",
+                            "--bytes", "1M", "--hold", "--settle", "1500", env=env,
+                            wrap=c.prefix)
+    server.wait()
+    all_ok(server, 2)
+    expect_paths(client, "kernel", count=2, reason="fabric: 4-tuple mismatch")
+    for line in server.paths():
+        assert line.peer.startswith("10.237.7.1:") and line.path == "kernel", line

@@ -109,13 +109,6 @@ def test_case_list(uls):
     assert sorted(proc.output().split()) == sorted(CASES_READY + CASES_HUP + CASES_DATA)
 
 
-# ulflow across hosts, seen in about 1 full run of 3: ranks 1 and 2 report "lost the
-# coordinator" while rank 0, every connection on the fabric, is alive; the cause is not
-# found yet (issue 14's closing note).
-FLAKY = pytest.mark.xfail(strict=False, reason=(
-    "transport bug, intermittent: ulflow ranks on another host lose the coordinator"))
-
-
 @pytest.mark.parametrize("case", CASES_READY)
 def test_readiness(hosts, case):
     """poll, select and epoll on a fabric connection, in one set with a pipe and a kernel
@@ -244,13 +237,13 @@ def test_bench_across_hosts(hosts):
     expect_paths(server, "fabric", count=len(lines), local_port=port)
 
 
-@FLAKY
 def test_ulflow_across_hosts(hosts, tmp_path):
     """ulflow's two-host layout (ulflow/tests/test_ulflow_netns.py): rank 0 (read, view and
     a stage copy) on the server's host, ranks 1 and 2 on the client's, each started as a
     launcher would, under ulsock, fabricd on both hosts.  The pipeline delivers every unit
-    of work whole; connections between the hosts are on the fabric, those within the client
-    host on shared memory, none on the kernel."""
+    of work whole; connections between the hosts are on the fabric (one that closes before
+    its handshake ends stays on TCP, saying so), those within the client host on shared
+    memory."""
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "ulflow" / "tests"))
     from ulfutil import view_reports, vis_layout
@@ -268,7 +261,11 @@ def test_ulflow_across_hosts(hosts, tmp_path):
     reps = view_reports("".join(p.output() for p in ranks))
     assert len(reps) == 7 and reps[0] == (64, 1 << 20) and reps[6] == (64, 1 << 20), reps
     lines = [ln for p in ranks for ln in p.paths()]
-    assert not [ln for ln in lines if ln.path == "kernel"], lines
+    # A connection that ends before its handshake does stays on TCP and says so (short
+    # connections of the coordinator's start-up may); no other reason is allowed.
+    short = "fabric: closed before the handshake ended"
+    assert not [ln for ln in lines if ln.path == "kernel" and ln.reason != short], lines
     cross = [ln for ln in lines if ln.local.split(":")[0] != ln.peer.split(":")[0]]
-    assert cross and all(ln.path == "fabric" for ln in cross), lines
+    assert [ln for ln in cross if ln.path == "fabric"], lines
+    assert all(ln.path in ("fabric", "kernel") for ln in cross), lines
     assert all(ln.path == "shm" for ln in lines if ln not in cross), lines

@@ -204,6 +204,18 @@ void fab_hs_arrival(const struct uls_fab_hdr *h, const uint8_t *payload);
 /* The sending direction switches now if it may (tx_mu held, not fab.mu). */
 void fab_maybe_switch(struct fab_conn *f);
 
+/*
+ * Something changed for f (an arrival, its handshake's end, a failure): its generation
+ * moves (waiters compare it), and threads of this process asleep in poll or epoll on it
+ * are rung, since this thread may have read the completion their wait descriptor was
+ * to report (core/bell.h).
+ */
+static inline void fab_news(struct fab_conn *f)
+{
+	atomic_fetch_add(&f->gen, 1);
+	uls_bells_ring_others(&f->c->bells);
+}
+
 /* A handshake of f is under way that no completion may announce (fab.mu held, or a
  * hint): the client's steps, the server's wait for CONNECT, and its first 2 s after
  * ACCEPT, while the provider may still be connecting. */

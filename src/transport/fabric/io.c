@@ -103,7 +103,7 @@ static void note_tcp(struct fab_conn *f, int fd)
 		f->err = ETIMEDOUT;
 	else if (n > 0 && rx_on_fabric(f) && !f->peer_rev)
 		fab_violation(f, "TCP bytes after the switch");
-	atomic_fetch_add(&f->gen, 1);
+	fab_news(f);
 	pthread_mutex_unlock(&fab.mu);
 }
 

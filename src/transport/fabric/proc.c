@@ -62,21 +62,28 @@ uint64_t fab_random64(void)
 	return v;
 }
 
+static uint32_t unposted; /* receive slots the provider had no room for yet */
+
 static int post_rx(struct fab_op *op)
 {
 	ssize_t r = uls_fab_ep_trecv(&fab.ep, uls_fab_slot(&fab.rxp, op->idx), SLOT_SIZE,
 				     fab.rxp.desc, FI_ADDR_UNSPEC, op->cls, 0, &op->ctx);
 
 	op->posted = r == 0;
+	unposted += r != 0;
 	return (int)r;
 }
 
-/* A receive not posted for lack of room in the provider is posted at the next progress. */
+/* A receive not posted for lack of room in the provider is posted at the next progress
+ * (a spinning waiter progresses often: the walk happens only when one is left). */
 static void repost_all(void)
 {
+	if (!unposted)
+		return;
+	unposted = 0;
 	for (uint32_t i = 0; i < fab.rxp.nslots; i++)
-		if (!fab.ops[i].posted && post_rx(&fab.ops[i]) != 0)
-			return;
+		if (!fab.ops[i].posted)
+			post_rx(&fab.ops[i]);
 }
 
 static const char *software[] = {"tcp", "net", "udp", "sockets", "shm"};
@@ -132,6 +139,7 @@ int fab_open_at(const struct sockaddr_storage *local)
 		fab.ops = NULL;
 		fab.npeers = 0;
 		fab.state = 0;
+		unposted = 0;
 	}
 	fab.pid = uls_pid();
 	if (prov && strcmp(prov, "off") == 0)
@@ -487,7 +495,7 @@ void fab_done(struct fab_conn *f)
 	 * first: whoever sees the path logs it (the accept that ran this progress, say). */
 	snprintf(f->c->reason, sizeof(f->c->reason), "%s", fab.ep.prov);
 	atomic_store(&f->c->path, ULS_PATH_FABRIC);
-	atomic_fetch_add(&f->gen, 1);
+	fab_news(f);
 }
 
 void fab_violation(struct fab_conn *f, const char *what)
@@ -495,7 +503,7 @@ void fab_violation(struct fab_conn *f, const char *what)
 	if (!f->err)
 		uls_warn("fabric: the peer broke the protocol (%s): the connection is reset", what);
 	f->err = ECONNRESET;
-	atomic_fetch_add(&f->gen, 1);
+	fab_news(f);
 }
 
 /*
@@ -530,7 +538,7 @@ static void revert_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len)
 		fab_send_revert(f, 0);
 		f->tx_stop = 1;
 	}
-	atomic_fetch_add(&f->gen, 1);
+	fab_news(f);
 }
 
 /* A connection message for f whose header passed 9.11's stateless checks (9.6, 9.11). */
@@ -544,7 +552,7 @@ static void conn_arrival(struct fab_conn *f, const struct uls_fab_hdr *h, const 
 	if ((uint64_t)h->wnd > f->tx_fab - f->tx_ret)
 		return fab_violation(f, "window returned beyond what was sent");
 	f->tx_ret += h->wnd;
-	atomic_fetch_add(&f->gen, 1);
+	fab_news(f);
 	switch (h->type) {
 	case ULS_FAB_DATA: {
 		if (!f->peer_sw || f->peer_sw_pos == UINT64_MAX || f->fin || f->peer_rev)
@@ -629,6 +637,8 @@ static void tx_done(struct fab_op *op, int err)
 	fab.tx_done++; /* a slot is free: senders waiting for one look again */
 	if (f && f->tx_flight)
 		f->tx_flight--;
+	if (f)
+		uls_bells_ring_others(&f->c->bells);
 	if (!err)
 		return;
 	/* The pair failed (9.8): every connection to that peer ends. */
@@ -636,7 +646,7 @@ static void tx_done(struct fab_op *op, int err)
 		if (f->peer == op->dest && (f->hs == HS_DONE || f->hs == HS_SRV_ACCEPTED) &&
 		    !f->err) {
 			f->err = err == ETIMEDOUT ? ETIMEDOUT : ECONNRESET;
-			atomic_fetch_add(&f->gen, 1);
+			fab_news(f);
 		}
 }
 

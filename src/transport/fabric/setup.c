@@ -261,7 +261,7 @@ int fab_adopt(struct uls_conn *c, int fd)
 /* Stays on TCP for why (fab.mu held). The conn learns it at its next call (fab_step). */
 static void hs_fail(struct fab_conn *f, const char *fmt, const char *detail)
 {
-	atomic_fetch_add(&f->gen, 1);
+	fab_news(f);
 	f->hs = HS_FAILED;
 	snprintf(f->why, sizeof(f->why), fmt, detail);
 	if (f->tag)
@@ -408,7 +408,7 @@ static void on_connect(const uint8_t *p, uint32_t len)
 	/* From here the client's SWITCH must be honoured, however late (9.4). */
 	f->hs = HS_SRV_ACCEPTED;
 	f->hs_deadline = uls_now_ns() + SERVER_WAIT_NS;
-	atomic_fetch_add(&f->gen, 1);
+	fab_news(f);
 	uls_dbg("fabric: fd=%d CONNECT taken, ACCEPT sent", f->fd);
 }
 
@@ -444,7 +444,7 @@ static void on_accept(uint64_t tag, const uint8_t *p, uint32_t len)
 	f->peer_slot = m.slot_size;
 	f->peer_window = m.conn_window;
 	f->hs = HS_CLI_ACCEPTED;
-	atomic_fetch_add(&f->gen, 1);
+	fab_news(f);
 	uls_dbg("fabric: fd=%d ACCEPT taken", f->fd);
 }
 
