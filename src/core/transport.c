@@ -40,6 +40,13 @@ void uls_transports_atfork_child(void)
 			(*t)->atfork_child();
 }
 
+void uls_transports_exit(void)
+{
+	EACH(t)
+		if ((*t)->process_exit)
+			(*t)->process_exit();
+}
+
 void uls_transports_exec_begin(void)
 {
 	EACH(t)

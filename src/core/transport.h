@@ -152,6 +152,9 @@ struct uls_transport_ops {
 	/* The program's sigaction for a signal the transport keeps (SIGBUS for shared
 	 * memory): 0 when it handled the call (*ret is the result), -1 otherwise. */
 	int (*sigaction)(int sig, const struct sigaction *act, struct sigaction *old, int *ret);
+	/* The process ends (exit, _exit): last words for the connections it holds, within a
+	 * bounded time; the kernel closes the sockets next. */
+	void (*process_exit)(void);
 	/* A descriptor that a sleeper in poll, select or epoll_wait adds to its kernel set
 	 * (readable when the transport may have news for its connections), or -1. */
 	int (*wait_fd)(void);
@@ -173,6 +176,7 @@ void uls_transports_uid_changed(void);
 void uls_transports_atfork_child(void);
 void uls_transports_exec_begin(void);
 void uls_transports_exec_failed(void);
+void uls_transports_exit(void);
 /* The first wait descriptor of a transport of the table (wait_fd), or -1. */
 int uls_transports_wait_fd(void);
 /* The shortest nap_ns of the transports of the table that have a limit, or 0. */

@@ -4,6 +4,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "preload.h"
 #include "../core/config.h"
 #include "../core/bell.h"
@@ -68,4 +71,29 @@ void uls_preload_init(void)
 __attribute__((constructor)) static void uls_ctor(void)
 {
 	uls_preload_init();
+}
+
+/* exit() and a return from main: the transports' last words (the fabric's FINs). */
+__attribute__((destructor)) static void uls_dtor(void)
+{
+	if (!uls_vfork_child())
+		uls_transports_exit();
+}
+
+/*
+ * _exit and _Exit skip the destructors: the same last words first, then the process ends
+ * as glibc's _exit ends it (exit_group). Not in a vfork child, which shares the parent's
+ * memory and connections.
+ */
+ULS_EXPORT void _exit(int status)
+{
+	if (uls_enter() && !uls_vfork_child())
+		uls_transports_exit();
+	for (;;)
+		syscall(SYS_exit_group, status);
+}
+
+ULS_EXPORT void _Exit(int status)
+{
+	_exit(status);
 }

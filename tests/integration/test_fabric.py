@@ -372,3 +372,50 @@ def test_nat_between_hosts(uls, netns):
     expect_paths(client, "kernel", count=2, reason="fabric: 4-tuple mismatch")
     for line in server.paths():
         assert line.peer.startswith("10.237.7.1:") and line.path == "kernel", line
+
+
+EXIT_SERVER = r"""
+import hashlib, os, select, socket, sys
+how, n = sys.argv[2], int(sys.argv[3])
+ls = socket.socket(); ls.bind((sys.argv[1], 0)); ls.listen(1)
+print("READY port=%d" % ls.getsockname()[1], flush=True)
+c, _ = ls.accept()
+select.select([c], [], [], 1.5)        # the handshake ends meanwhile (poll naps)
+data = bytes((i * 7 + (i >> 13)) & 255 for i in range(n))
+c.sendall(data)
+print("SENT sha=%s" % hashlib.sha256(data).hexdigest(), flush=True)
+if how == "_exit":
+    os._exit(0)                         # no close, no destructors: _exit's last words
+sys.exit(0)                             # no close: exit's (the library's destructor)
+"""
+
+EXIT_CLIENT = r"""
+import hashlib, select, socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+select.select([], [], [], 1.5)
+h, got = hashlib.sha256(), 0
+while True:
+    b = s.recv(65536)
+    if not b:
+        break
+    h.update(b); got += len(b)
+print("GOT n=%d sha=%s" % (got, h.hexdigest()), flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["_exit", "exit"])
+def test_exit_without_close(hosts, how):
+    """A process that sends 4 MiB on the fabric and ends without closing the socket, by
+    _exit (no destructors) or exit: the peer reads every byte, then a clean EOF, as on
+    kernel TCP (the FIN with CLOSE goes first, and what the provider held leaves)."""
+    n = 4 << 20
+    server = hosts.uls.start([sys.executable, "-c", EXIT_SERVER, hosts.saddr, how, str(n)],
+                             name="server", env=hosts.env, wrap=hosts.s.prefix,
+                             ready=r"READY port=\d+")
+    port = re.search(r"READY port=(\d+)", server.output())[1]
+    client = hosts.uls.run([sys.executable, "-c", EXIT_CLIENT, hosts.saddr, port],
+                           name="client", env=hosts.env, wrap=hosts.c.prefix)
+    server.wait()
+    sent = re.search(r"SENT sha=(\w+)", server.output())[1]
+    assert f"GOT n={n} sha={sent}" in client.output(), client.describe()
+    expect_paths(client, "fabric", count=1)

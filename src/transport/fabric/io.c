@@ -1020,6 +1020,44 @@ static void fab_exec_begin(void)
 	}
 }
 
+/*
+ * The process ends (exit, _exit; 9.8): each connection it sends on gets its FIN with
+ * CLOSE, and everything posted gets up to 100 ms in all to leave, since a software
+ * provider's queued bytes die with the process. The kernel closes the sockets next: a
+ * peer that had the FIN reads to the end and sees EOF, as after a close.
+ */
+static void fab_process_exit(void)
+{
+	uint64_t until = uls_now_ns() + CLOSE_WAIT_MS * 1000000ull;
+
+	if (fab.state <= 0 || fab.pid != uls_pid() || !fab.nconns)
+		return;
+	while (pthread_mutex_trylock(&fab.mu) != 0) /* another thread may hold it for good */
+		if (uls_now_ns() >= until)
+			return;
+	for (struct fab_conn *f = fab.conns; f; f = f->next)
+		if (!f->orphan && f->tx_sw && !f->fin_sent && !f->err && !f->tx_stop &&
+		    !on_tcp(f->c) && fab_send_fin(f, f->tx_sw_pos + f->tx_fab, 1) == 0)
+			f->fin_sent = 1;
+	while (uls_now_ns() < until) {
+		fab_progress();
+		uint32_t flight = 0;
+		for (struct fab_conn *f = fab.conns; f; f = f->next)
+			flight += f->tx_flight;
+		if (!flight)
+			break;
+		int may = fab_trywait();
+		pthread_mutex_unlock(&fab.mu);
+		if (may) {
+			struct pollfd p = {.fd = fab.ep.wait_fd, .events = POLLIN};
+			uls_libc.poll(&p, 1, 1);
+		}
+		if (pthread_mutex_trylock(&fab.mu) != 0)
+			return;
+	}
+	pthread_mutex_unlock(&fab.mu);
+}
+
 static int fab_wait_fd(void)
 {
 	return fab.state > 0 && fab.pid == uls_pid() && fab.nconns > 0 ? fab.ep.wait_fd : -1;
@@ -1072,6 +1110,7 @@ const struct uls_transport_ops uls_fabric_transport = {
 	.tcp_info = fab_tcp_info,
 	.atfork_child = fab_atfork_child,
 	.exec_begin = fab_exec_begin,
+	.process_exit = fab_process_exit,
 	.wait_fd = fab_wait_fd,
 	.nap_ns = fab_nap_ns,
 };
