@@ -8,6 +8,17 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#if defined(__SANITIZE_THREAD__)
+#define ULS_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ULS_TSAN 1
+#endif
+#endif
+#ifndef ULS_TSAN
+#define ULS_TSAN 0
+#endif
+
 struct uls_libc uls_libc;
 __thread unsigned uls_inside __attribute__((tls_model("initial-exec")));
 static pthread_once_t libc_once = PTHREAD_ONCE_INIT;
@@ -17,6 +28,15 @@ static void resolve(void)
 #define ULS_LIBC_RESOLVE(ret, name, args) uls_libc.name = (ret(*) args)dlsym(RTLD_NEXT, #name);
 	ULS_LIBC_FUNCS(ULS_LIBC_RESOLVE)
 #undef ULS_LIBC_RESOLVE
+#if ULS_TSAN && !defined(ULS_PRELOAD)
+	/*
+	 * Under ThreadSanitizer, without the preload (the unit tests link the core): the
+	 * descriptors the core closes must go through TSan's close, which RTLD_NEXT skips,
+	 * or a number the kernel hands out again (open after a close TSan did not see) reads
+	 * as a race on the descriptor.
+	 */
+	uls_libc.close = close;
+#endif
 	if (!uls_libc.write || !uls_libc.close || !uls_libc.socket) {
 		static const char msg[] = "ulsock: cannot resolve libc functions\n";
 		ssize_t r = write(2, msg, sizeof(msg) - 1);
