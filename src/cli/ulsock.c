@@ -277,7 +277,10 @@ static void stat_process(const char *pid, const char *want, int json, int *first
 		if (n <= 0)
 			continue;
 		target[n] = '\0';
-		if (strncmp(target, want, strlen(want)) == 0) {
+		/* The link names the file as its process's mount namespace sees it: under
+		 * `ip netns exec` in a chroot, /dev/shm is reached by a longer path. */
+		const char *name = strrchr(target, '/');
+		if (name && strncmp(name + 1, want, strlen(want)) == 0) {
 			stat_file(link, pid, json, first);
 			break;
 		}
@@ -292,7 +295,9 @@ static int cmd_stat(int argc, char **argv)
 	struct dirent *de;
 	DIR *d = opendir("/proc");
 
-	snprintf(want, sizeof(want), ULSOCK_STAT_PREFIX "%u.", (unsigned)getuid());
+	/* The record files' name, after the directory (ULSOCK_STAT_PREFIX's last part). */
+	snprintf(want, sizeof(want), "%s%u.", strrchr(ULSOCK_STAT_PREFIX, '/') + 1,
+		 (unsigned)getuid());
 	if (json)
 		printf("[");
 	else
