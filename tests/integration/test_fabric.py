@@ -392,7 +392,7 @@ sys.exit(0)                             # no close: exit's (the library's destru
 EXIT_CLIENT = r"""
 import hashlib, select, socket, sys
 s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
-select.select([], [], [], 1.5)
+select.select([s], [], [], 1.5)         # waits in ulsock's poll: the handshake goes on
 h, got = hashlib.sha256(), 0
 while True:
     b = s.recv(65536)
