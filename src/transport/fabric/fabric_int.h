@@ -174,6 +174,8 @@ int fab_send_revert(struct fab_conn *f, uint32_t flags);
 /* Where this side has read the peer's stream to (TCP, then fabric). */
 uint64_t fab_rx_consumed(const struct fab_conn *f);
 
+/* io.c: the process ends: FINs and up to 100 ms for what was posted (9.8), once. */
+void fab_last_words(void);
 /* io.c: the resend after a leaving peer's REVERT (tx_mu held): 0 or -errno. */
 ssize_t fab_resend(struct fab_conn *f, int fd, int nonblock);
 

@@ -1026,12 +1026,15 @@ static void fab_exec_begin(void)
  * provider's queued bytes die with the process. The kernel closes the sockets next: a
  * peer that had the FIN reads to the end and sees EOF, as after a close.
  */
-static void fab_process_exit(void)
+void fab_last_words(void)
 {
+	static int said;
 	uint64_t until = uls_now_ns() + CLOSE_WAIT_MS * 1000000ull;
 
-	if (fab.state <= 0 || fab.pid != uls_pid() || !fab.nconns)
+	/* Once: exit() runs the atexit handler (proc.c), then the library's destructor. */
+	if (said || fab.state <= 0 || fab.pid != uls_pid() || !fab.nconns)
 		return;
+	said = 1;
 	while (pthread_mutex_trylock(&fab.mu) != 0) /* another thread may hold it for good */
 		if (uls_now_ns() >= until)
 			return;
@@ -1110,7 +1113,7 @@ const struct uls_transport_ops uls_fabric_transport = {
 	.tcp_info = fab_tcp_info,
 	.atfork_child = fab_atfork_child,
 	.exec_begin = fab_exec_begin,
-	.process_exit = fab_process_exit,
+	.process_exit = fab_last_words,
 	.wait_fd = fab_wait_fd,
 	.nap_ns = fab_nap_ns,
 };

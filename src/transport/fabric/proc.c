@@ -195,6 +195,14 @@ int fab_open_at(const struct sockaddr_storage *local)
 		fab.ops[nrx + i] = (struct fab_op){.idx = i};
 	fab.ep_id = fab_random64();
 	fab.state = 1;
+	/*
+	 * exit() runs atexit handlers before the libraries' destructors, and libfabric's
+	 * (loaded after this library) before this library's: the last words must come while
+	 * the provider still works. _exit and _Exit have their own (preload/init.c).
+	 */
+	static int at_exit;
+	if (!at_exit)
+		at_exit = atexit(fab_last_words) == 0;
 	uls_info("fabric: provider %s, fabric %s, %u receive and %u send slots of %u bytes",
 		 fab.ep.prov, fab.ep.fabric_name, nrx, ntx, SLOT_SIZE);
 	return 0;
