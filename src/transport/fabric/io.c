@@ -688,7 +688,11 @@ static int fab_ready(struct uls_conn *c, int events)
 
 	if (on_tcp(c))
 		return 0;
-	fab_step(f, f->fd);
+	/* The handshake goes on here too, with the descriptor it was set up on while that
+	 * still names this connection (a dup then close leaves another file at the number:
+	 * a resend or an option must not go there). */
+	if (uls_fd_conn(f->fd) == c)
+		fab_step(f, f->fd);
 	if (on_tcp(c))
 		return 0;
 	pthread_mutex_lock(&fab.mu);
