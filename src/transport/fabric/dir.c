@@ -1,52 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 #include "dir.h"
+#include "wire.h"
 
 #include <errno.h>
 #include <netinet/in.h>
 #include <string.h>
 
 /* Little-endian fields at fixed offsets; buffers are byte arrays, never cast to structs. */
-static void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	put16(p, (uint16_t)v);
-	put16(p + 2, (uint16_t)(v >> 16));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	put32(p, (uint32_t)v);
-	put32(p + 4, (uint32_t)(v >> 32));
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return get16(p) | (uint32_t)get16(p + 2) << 16;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	return get32(p) | (uint64_t)get32(p + 4) << 32;
-}
-
-static int all_zero(const uint8_t *p, size_t n)
-{
-	uint8_t acc = 0;
-
-	for (size_t i = 0; i < n; i++)
-		acc |= p[i];
-	return acc == 0;
-}
 
 static size_t type_len(uint8_t type)
 {

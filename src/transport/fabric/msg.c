@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The fabric wire messages and their MACs (msg.h, docs/protocol.md 9.4, 9.5, 9.10). */
 #include "msg.h"
+#include "wire.h"
 
 #include <errno.h>
 #include <string.h>
@@ -43,47 +44,6 @@ static const char label_session[] = "ulsock-fabric-1 session";
 static const char label_takeover[] = "ulsock-fabric-1 takeover";
 
 /* Little-endian byte packing: the wire order is fixed whatever the host's. */
-static inline void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-
-static inline void put32(uint8_t *p, uint32_t v)
-{
-	put16(p, (uint16_t)v);
-	put16(p + 2, (uint16_t)(v >> 16));
-}
-
-static inline void put64(uint8_t *p, uint64_t v)
-{
-	put32(p, (uint32_t)v);
-	put32(p + 4, (uint32_t)(v >> 32));
-}
-
-static inline uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static inline uint32_t get32(const uint8_t *p)
-{
-	return get16(p) | (uint32_t)get16(p + 2) << 16;
-}
-
-static inline uint64_t get64(const uint8_t *p)
-{
-	return get32(p) | (uint64_t)get32(p + 4) << 32;
-}
-
-static int all_zero(const uint8_t *p, size_t n)
-{
-	uint8_t any = 0;
-
-	for (size_t i = 0; i < n; i++)
-		any |= p[i];
-	return any == 0;
-}
 
 /*
  * The one copy out of untrusted memory: the length must be exactly the layout's, and the
