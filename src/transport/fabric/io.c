@@ -155,6 +155,7 @@ struct call_wait {
 	struct uls_spin spin;
 	uint64_t since;
 	int ka;
+	int busy; /* waits in a row that the provider refused to let sleep */
 	struct keepalive saved;
 };
 
@@ -191,6 +192,16 @@ static int fab_wait(struct fab_conn *f, int fd, int rx, uint64_t deadline, struc
 				return 0;
 		}
 	}
+	/* The liveness clock runs whatever the provider says below: a provider that never
+	 * lets the call sleep (sends it cannot flush to a host that is gone) must not keep
+	 * the keepalive off, or the call would spin for ever. */
+	uint64_t now = uls_now_ns();
+	if (!w->since) {
+		w->since = now;
+	} else if (!w->ka && now - w->since >= LIVENESS_NS) {
+		liveness_on(fd, &w->saved);
+		w->ka = 1;
+	}
 	pthread_mutex_lock(&fab.mu);
 	fab_progress();
 	may = fab.state > 0 && fab.pid == uls_pid() && fab_trywait();
@@ -207,24 +218,20 @@ static int fab_wait(struct fab_conn *f, int fd, int rx, uint64_t deadline, struc
 	if (!f->tcp_end || rx == WAIT_TX_TCP)
 		p[n++] = (struct pollfd){.fd = fd, .events = (short)tcp_events};
 	pthread_mutex_unlock(&fab.mu);
-	if (!may && fab.pid == uls_pid() && fab.state > 0)
-		return 0; /* completions to read: the caller looks again */
+	/* Completions to read: the caller looks again, at once a few times, then after
+	 * 1 ms naps (the provider may refuse the sleep for work of its own it cannot do). */
+	if (!may && fab.pid == uls_pid() && fab.state > 0 && ++w->busy < 64)
+		return 0;
+	if (may)
+		w->busy = 0;
 	/* A handshake in flight cannot wake anyone; another thread may read our completion. */
-	if (fab_handshaking(f) || !ULS_SINGLE_THREADED() || f->tcp_end)
+	if (!may || fab_handshaking(f) || !ULS_SINGLE_THREADED() || f->tcp_end)
 		ms = 1;
 	if (deadline) {
-		uint64_t now = uls_now_ns();
 		if (now >= deadline)
 			return -EAGAIN;
 		int left = (int)((deadline - now + 999999) / 1000000);
 		ms = ms < 0 || left < ms ? left : ms;
-	}
-	uint64_t now = uls_now_ns();
-	if (!w->since) {
-		w->since = now;
-	} else if (!w->ka && now - w->since >= LIVENESS_NS) {
-		liveness_on(fd, &w->saved);
-		w->ka = 1;
 	}
 	if (!w->ka && (ms < 0 || ms > 1000))
 		ms = 1000; /* to look at the clock for the liveness check */
