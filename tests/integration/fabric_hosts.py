@@ -8,6 +8,9 @@ import re
 from conftest import ULSOCK_BIN, run_net_client, server_conns, start_net_server
 
 PROVIDER = "tcp;ofi_rxm"
+# libfabric 1.17's fork of the tcp provider with its own FI_EP_RDM (fi_net(7)), ordered and
+# without an eager limit: the one where the fabric uses bulk slots (protocol.md 9.2).
+NET_PROVIDER = "net"
 FABRIC_LINE = re.compile(r"fd=\d+ fabric: sent (\d+) bytes on TCP and (\d+) on the fabric, "
                          r"received (\d+) on TCP and (\d+) on the fabric")
 
@@ -17,7 +20,7 @@ _subnet = [0]
 class Hosts:
     """Two namespace hosts, server S (.1) and client C (.2), and fabricd on S."""
 
-    def __init__(self, uls, netns, peers=None, fabricd=True):
+    def __init__(self, uls, netns, peers=None, fabricd=True, provider=PROVIDER):
         _subnet[0] += 1
         net = f"10.233.{_subnet[0] % 250}"
         self.uls = uls
@@ -25,7 +28,7 @@ class Hosts:
         self.sdev, self.cdev = netns.veth(self.s, f"{net}.1/24", self.c, f"{net}.2/24")
         self.saddr, self.caddr = f"{net}.1", f"{net}.2"
         self.env = {"ULSOCK_FABRIC_PEERS": peers if peers is not None else f"{net}.0/24",
-                    "ULSOCK_FABRIC_PROVIDER": PROVIDER}
+                    "ULSOCK_FABRIC_PROVIDER": provider}
         self.fabricd = self.start_fabricd(self.s) if fabricd else None
 
     def start_fabricd(self, ns):

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BUILD, PLAIN, expect_paths, run_net_client
-from fabric_hosts import FABRIC_LINE, Hosts
+from fabric_hosts import FABRIC_LINE, NET_PROVIDER, PROVIDER, Hosts
 
 CASES_READY = [f"{m}_{c}" for m in ("poll", "select", "epoll")
                for c in ("later", "full", "eof_shut", "eof_close")] + [
@@ -43,8 +43,8 @@ class FabricHosts(Hosts):
     """Hosts whose allow-list holds one port of the server, PORT; CTL, another port of the
     server, is not allow-listed."""
 
-    def __init__(self, uls, netns):
-        super().__init__(uls, netns)
+    def __init__(self, uls, netns, provider=PROVIDER):
+        super().__init__(uls, netns, provider=provider)
         self.port = random.randint(20000, 29999)
         self.ctl = self.port + 1
         self.env["ULSOCK_FABRIC_PEERS"] = f"{self.saddr.rsplit('.', 1)[0]}.0/24:{self.port}"
@@ -136,6 +136,16 @@ def test_call_shapes(hosts, case):
     over 1,000-byte sends, readv/writev of 1,024 uneven iovecs each way, 20,000 one-byte
     sendmsg calls, one blocking 4 MiB send() read back in small reads, and FIONREAD equal to
     what the next read returns (1 byte to 100,000)."""
+    server, client = run_pair(hosts, case)
+    check_on_fabric(server, client, hosts.port)
+
+
+@pytest.mark.parametrize("case", ["big_send", "fionread", "iov", "poll_full", "epoll_et_write"])
+def test_bulk_slots(uls, netns, case):
+    """The same cases on the net provider, where DATA longer than 8 KiB travels in bulk
+    slots of 64 KiB (protocol.md 9.2): a full window of them, reads of every size across
+    them, and readiness while the window fills and empties."""
+    hosts = FabricHosts(uls, netns, provider=NET_PROVIDER)
     server, client = run_pair(hosts, case)
     check_on_fabric(server, client, hosts.port)
 

@@ -128,6 +128,16 @@ static void header_rules(void)
 
 	check_context("DATA lengths");
 	CHECK_EQ(hdr(ULS_FAB_DATA, 1, 9, 0, 0, CO, 8192), 0);
+	/* Bulk slots (9.2): DATA only, up to their own size. */
+	CHECK_EQ(hdr(ULS_FAB_DATA, 65536 - 24, 9, 0, 0, ULS_FAB_CLASS_BULK, 65536), 0);
+	CHECK_EQ(hdr(ULS_FAB_DATA, 65536 - 23, 9, 0, 0, ULS_FAB_CLASS_BULK, 65536), -EPROTO);
+	for (size_t i = 0; i < sizeof(types); i++) {
+		uint8_t t = types[i];
+		check_context("type %s in a bulk slot", uls_fab_type_name(t));
+		CHECK_EQ(hdr(t, (uint32_t)uls_fab_payload_len(t), 42, 0, 0, ULS_FAB_CLASS_BULK,
+			     65536), -EPROTO);
+	}
+	check_context("DATA lengths");
 	CHECK_EQ(hdr(ULS_FAB_DATA, 8192 - 24, 9, 0, 0, CO, 8192), 0);
 	CHECK_EQ(hdr(ULS_FAB_DATA, 8192 - 23, 9, 0, 0, CO, 8192), -EPROTO);
 	CHECK_EQ(hdr(ULS_FAB_DATA, 0, 9, 0, 0, CO, 8192), -EPROTO);
@@ -169,7 +179,7 @@ static void types_and_reasons(void)
 		{ 0x03, "DECLINE", ULS_FAB_CLASS_HANDSHAKE, 24 },
 		{ 0x04, "ABORT", ULS_FAB_CLASS_HANDSHAKE, 24 },
 		{ 0x05, "TAKEOVER", ULS_FAB_CLASS_HANDSHAKE, 352 },
-		{ 0x10, "DATA", ULS_FAB_CLASS_CONN, -1 },
+		{ 0x10, "DATA", ULS_FAB_CLASS_CONN | ULS_FAB_CLASS_BULK, -1 },
 		{ 0x11, "CREDIT", ULS_FAB_CLASS_CONN, 0 },
 		{ 0x12, "SWITCH", ULS_FAB_CLASS_CONN, 16 },
 		{ 0x13, "FIN", ULS_FAB_CLASS_CONN, 16 },

@@ -27,6 +27,7 @@
 /* The libfabric tag of a receive slot is its class (protocol.md 9.2). */
 #define FAB_CLASS_HS ULS_FAB_CLASS_HANDSHAKE
 #define FAB_CLASS_CONN ULS_FAB_CLASS_CONN
+#define FAB_CLASS_BULK ULS_FAB_CLASS_BULK
 #define FAB_HDR ULS_FAB_HDR_SIZE
 
 /* Where the handshake of a connection stands. */
@@ -81,6 +82,10 @@ struct fab_conn {
 	uint64_t rx_in, rx_out; /* fabric bytes arrived, and consumed */
 	uint64_t rx_ret;      /* consumed bytes returned to the peer */
 	uint32_t rx_seq;
+	/* Messages that came before an earlier one (a provider may complete a long message
+	 * after later short ones): copies, by seq modulo FAB_HOLD, taken in order. */
+	struct fab_held **held;
+	uint32_t held_n, held_bytes;
 	int fin;              /* the peer's FIN came: its stream ends at fin_pos */
 	int peer_closed;      /* ...and its last holder closed */
 	uint64_t fin_pos;
@@ -121,8 +126,10 @@ struct fab_proc {
 	pid_t pid; /* the process that opened it (a fork child opens its own) */
 	char why[160];
 	struct uls_fab_ep ep;
-	struct uls_fab_pool rxp, txp;
-	struct fab_op *ops; /* one per slot: rx pool's, then tx pool's */
+	struct uls_fab_pool rxp, txp; /* small slots */
+	struct uls_fab_pool rxb, txb; /* bulk slots, empty where too few fit the budget */
+	struct fab_op *ops; /* one per slot: rxp's, rxb's, txp's (from tx_base), txb's */
+	uint32_t tx_base, txb_base;
 	uint64_t ep_id;
 	struct fab_conn *conns;
 	struct fab_conn *bucket[1024];
@@ -130,6 +137,7 @@ struct fab_proc {
 	struct fab_peer *peers;
 	int npeers, peers_cap;
 	uint64_t tx_done; /* sends completed: their slots are free again */
+	_Atomic uint32_t tx_posted; /* sends posted or deferred, not completed */
 };
 
 extern struct fab_proc fab;
@@ -141,6 +149,9 @@ extern const struct uls_transport_ops uls_fabric_transport;
 int fab_open_at(const struct sockaddr_storage *local);
 /* Reads completions and dispatches them (fab.mu held). */
 void fab_progress(void);
+/* Progress while sends are posted, up to ns (fab.mu held): a provider with manual progress
+ * writes a long message to its socket only in progress calls. */
+void fab_flush(uint64_t ns);
 /* Before a sleep on the wait descriptor (fab.mu held): 1 when it may sleep, 0 when
  * completions wait (read them first). */
 int fab_trywait(void);
@@ -148,8 +159,15 @@ int fab_trywait(void);
 int fab_peer_addr(const uint8_t *addr, size_t len, fi_addr_t *out);
 /* Sends one message of class cls (header and payload already in a slot's bytes). */
 int fab_send(struct fab_conn *f, fi_addr_t dest, uint32_t cls, const void *msg, size_t len);
-/* The slot room a DATA message may fill for f, 0 when no TX slot is free. */
-size_t fab_tx_room(void);
+/* The most stream bytes one DATA message to f may carry now, 0 when no TX slot is free. */
+size_t fab_tx_room(const struct fab_conn *f);
+/* Frees the held messages of f (fab.mu held). */
+void fab_held_free(struct fab_conn *f);
+#define FAB_HOLD 64u /* messages a connection may receive ahead of the next seq */
+/* DATA a side keeps posted and not completed per connection: a provider completes a
+ * receive no later than the send (rxm's rendezvous: after the peer's read), so at most
+ * these and a few control messages can overtake one (9.6). */
+#define FAB_FLIGHT 32u
 /* Sends DATA of n bytes taken from iov at skip (fab.mu held): 0 or -errno. */
 int fab_send_data(struct fab_conn *f, const struct iovec *iov, int iovcnt, size_t skip,
 		  size_t n);
@@ -179,7 +197,7 @@ void fab_last_words(void);
 /* io.c: the resend after a leaving peer's REVERT (tx_mu held): 0 or -errno. */
 ssize_t fab_resend(struct fab_conn *f, int fd, int nonblock);
 
-/* The slot size of this process's receive slots. */
+/* The slot size this process announces (9.2): its bulk slots', or its small ones'. */
 uint32_t fab_slot_size(void);
 
 /* setup.c: the set-up operations of the table, and: */

@@ -34,6 +34,7 @@
 #define END_DRAIN_NS 20000000ull
 #define FAB_MOVED (-EXDEV) /* send_fabric: nothing sent, the connection moved back */ /* a FIN the kernel's overtook (9.8) */
 #define CLOSE_WAIT_MS 100
+#define FLUSH_NS 1000000ull /* progress for posted sends before a wait elsewhere */
 
 static inline int on_tcp(struct uls_conn *c)
 {
@@ -533,9 +534,7 @@ static ssize_t send_waits(struct uls_conn *c, struct fab_conn *f, int fd,
 		}
 		while (sent < total) {
 			size_t room = f->peer_window - (size_t)(f->tx_fab - f->tx_ret);
-			size_t slot = fab_tx_room(), n = total - sent;
-			if (slot > f->peer_slot - FAB_HDR)
-				slot = f->peer_slot - FAB_HDR;
+			size_t slot = fab_tx_room(f), n = total - sent;
 			n = n < room ? n : room;
 			n = n < slot ? n : slot;
 			if (n == 0 || fab_send_data(f, iov, iovcnt, sent, n) < 0)
@@ -555,6 +554,13 @@ static ssize_t send_waits(struct uls_conn *c, struct fab_conn *f, int fd,
 				break;
 			return r;
 		}
+	}
+	if (sent > ULS_FAB_SMALL_SLOT - FAB_HDR && fab.txb.nslots) {
+		/* Bulk messages leave in progress calls (fab_flush): before the program goes
+		 * to wait elsewhere, where no progress runs. */
+		pthread_mutex_lock(&fab.mu);
+		fab_flush(FLUSH_NS);
+		pthread_mutex_unlock(&fab.mu);
 	}
 	return (ssize_t)sent;
 }
@@ -711,7 +717,7 @@ static int fab_ready(struct uls_conn *c, int events)
 			r |= POLLRDHUP;
 	}
 	if (f->tx_sw && !f->tx_stop && (f->err || f->peer_closed || f->tcp_end ||
-			 (f->peer_window > f->tx_fab - f->tx_ret && fab_tx_room())))
+			 (f->peer_window > f->tx_fab - f->tx_ret && fab_tx_room(f))))
 		r |= POLLOUT;
 	if (f->err)
 		r |= POLLIN | POLLOUT | POLLERR | POLLHUP;
@@ -976,6 +982,7 @@ static void fab_destroy(struct uls_conn *c)
 	uls_fab_dirq_fini(&f->dq);
 	pthread_mutex_destroy(&f->tx_mu);
 	pthread_mutex_destroy(&f->rx_mu);
+	fab_held_free(f);
 	free(f->txbuf);
 	free(f->rxbuf);
 	free(f);
@@ -1072,19 +1079,33 @@ void fab_last_words(void)
 	pthread_mutex_unlock(&fab.mu);
 }
 
+/* A thread is about to sleep: sends still posted are pushed out first, for a while (the
+ * program may sleep on something else, where no progress runs: fab_flush). */
+static void fab_idle(void)
+{
+	if (fab.state <= 0 || fab.pid != uls_pid() || !atomic_load(&fab.tx_posted) ||
+	    pthread_mutex_trylock(&fab.mu) != 0)
+		return;
+	fab_flush(FLUSH_NS);
+	pthread_mutex_unlock(&fab.mu);
+}
+
 static int fab_wait_fd(void)
 {
 	return fab.state > 0 && fab.pid == uls_pid() && fab.nconns > 0 ? fab.ep.wait_fd : -1;
 }
 
 /* While a handshake is under way, sleepers look every millisecond: the provider's
- * connection set-up, the directory's answer and a deadline wake no one (9.7). */
+ * connection set-up, the directory's answer and a deadline wake no one (9.7); so do they
+ * while sends are posted (fab_idle). */
 static uint64_t fab_nap_ns(void)
 {
 	uint64_t nap = 0;
 
 	if (!fab.nconns)
 		return 0;
+	if (atomic_load(&fab.tx_posted) && fab.pid == uls_pid())
+		return 1000000; /* and sends still posted: fab_idle pushes them */
 	pthread_mutex_lock(&fab.mu);
 	for (struct fab_conn *f = fab.conns; f && !nap; f = f->next)
 		if (fab_handshaking(f))
@@ -1127,4 +1148,5 @@ const struct uls_transport_ops uls_fabric_transport = {
 	.process_exit = fab_last_words,
 	.wait_fd = fab_wait_fd,
 	.nap_ns = fab_nap_ns,
+	.idle = fab_idle,
 };

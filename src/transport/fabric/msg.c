@@ -76,7 +76,7 @@ static const struct type_info *type_info(uint8_t type)
 		[ULS_FAB_TAKEOVER] = { "TAKEOVER", ULS_FAB_CLASS_HANDSHAKE, ULS_FAB_TAKEOVER_SIZE },
 	};
 	static const struct type_info conn[] = {
-		[ULS_FAB_DATA - 0x10] = { "DATA", ULS_FAB_CLASS_CONN, -1 },
+		[ULS_FAB_DATA - 0x10] = { "DATA", ULS_FAB_CLASS_CONN | ULS_FAB_CLASS_BULK, -1 },
 		[ULS_FAB_CREDIT - 0x10] = { "CREDIT", ULS_FAB_CLASS_CONN, 0 },
 		[ULS_FAB_SWITCH - 0x10] = { "SWITCH", ULS_FAB_CLASS_CONN, ULS_FAB_SWITCH_SIZE },
 		[ULS_FAB_FIN - 0x10] = { "FIN", ULS_FAB_CLASS_CONN, ULS_FAB_FIN_SIZE },

@@ -67,6 +67,7 @@ enum uls_fab_type {
 enum uls_fab_class {
 	ULS_FAB_CLASS_HANDSHAKE = 1,
 	ULS_FAB_CLASS_CONN = 2,
+	ULS_FAB_CLASS_BULK = 4, /* DATA longer than a small slot's */
 };
 
 /* DECLINE and ABORT reasons (9.4). */
@@ -95,6 +96,9 @@ enum uls_fab_reason {
 /* CONNECT's and ACCEPT's ranges (9.4, 9.2). */
 #define ULS_FAB_SLOT_MIN 2048u
 #define ULS_FAB_SLOT_MAX 65536u
+/* A side whose slot_size is larger has small slots of this size beside its bulk ones of
+ * slot_size (9.2): DATA longer than fits a small one goes to the bulk ones. */
+#define ULS_FAB_SMALL_SLOT 8192u
 #define ULS_FAB_WINDOW_MIN 16384u
 #define ULS_FAB_WINDOW_MAX 16777216u
 #define ULS_FAB_GRANT_MAX 1024u

@@ -25,6 +25,7 @@ struct fab_proc fab = {.mu = PTHREAD_MUTEX_INITIALIZER};
 /* What a posted slot is doing: its completion's context. */
 struct fab_op {
 	struct fi_context ctx; /* first: the completion gives its address back */
+	struct uls_fab_pool *pool; /* the slot's */
 	uint32_t idx;
 	uint8_t rx;     /* a receive slot (else a send's) */
 	uint8_t cls;    /* a receive's class */
@@ -41,11 +42,17 @@ struct fab_peer {
 	fi_addr_t fi;
 };
 
-/* At most the provider's eager size (rxm's is 16 KiB): a larger message goes by rendezvous,
- * whose completion may come after later small ones' (9.2). */
-#define SLOT_SIZE 8192u
+/*
+ * Two sizes of slot (protocol.md 9.2): small ones for handshakes, control and short DATA,
+ * and bulk ones for long DATA, one tenth of the messages' cost each for a stream (the
+ * providers' cost is per message). A provider may complete a long message after later
+ * short ones (rxm's rendezvous), so arrivals are taken in `seq` order (hold_arrival).
+ */
+#define SLOT_SIZE ULS_FAB_SMALL_SLOT
+#define BULK_SIZE 65536u
 #define UNPINNED_RX (4u << 20)
 #define UNPINNED_TX (2u << 20)
+#define BULK_MIN 4u /* fewer bulk slots than this: none, DATA fits the small ones */
 
 /* Sends deferred until the provider takes them (post_tx), oldest first. */
 static struct fab_op **deferred;
@@ -66,8 +73,9 @@ static uint32_t unposted; /* receive slots the provider had no room for yet */
 
 static int post_rx(struct fab_op *op)
 {
-	ssize_t r = uls_fab_ep_trecv(&fab.ep, uls_fab_slot(&fab.rxp, op->idx), SLOT_SIZE,
-				     fab.rxp.desc, FI_ADDR_UNSPEC, op->cls, 0, &op->ctx);
+	ssize_t r = uls_fab_ep_trecv(&fab.ep, uls_fab_slot(op->pool, op->idx),
+				     op->pool->slot_size, op->pool->desc, FI_ADDR_UNSPEC, op->cls,
+				     0, &op->ctx);
 
 	op->posted = r == 0;
 	unposted += r != 0;
@@ -81,7 +89,7 @@ static void repost_all(void)
 	if (!unposted)
 		return;
 	unposted = 0;
-	for (uint32_t i = 0; i < fab.rxp.nslots; i++)
+	for (uint32_t i = 0; i < fab.tx_base; i++)
 		if (!fab.ops[i].posted)
 			post_rx(&fab.ops[i]);
 }
@@ -99,6 +107,14 @@ static int is_software(const char *prov)
 		if (strcmp(first, software[i]) == 0)
 			return 1;
 	return 0;
+}
+
+static void close_pools(void)
+{
+	uls_fab_pool_close(&fab.txb);
+	uls_fab_pool_close(&fab.rxb);
+	uls_fab_pool_close(&fab.txp);
+	uls_fab_pool_close(&fab.rxp);
 }
 
 static int open_failed(const char *fmt, const char *detail)
@@ -136,6 +152,8 @@ int fab_open_at(const struct sockaddr_storage *local)
 		memset(&fab.ep, 0, sizeof(fab.ep));
 		memset(&fab.rxp, 0, sizeof(fab.rxp));
 		memset(&fab.txp, 0, sizeof(fab.txp));
+		memset(&fab.rxb, 0, sizeof(fab.rxb));
+		memset(&fab.txb, 0, sizeof(fab.txb));
 		fab.ops = NULL;
 		fab.npeers = 0;
 		fab.state = 0;
@@ -158,41 +176,62 @@ int fab_open_at(const struct sockaddr_storage *local)
 		return open_failed("provider %.32s has no wait descriptor: not supported yet", why);
 	}
 	/* Pinned memory is what RLIMIT_MEMLOCK bounds: a provider that registers nothing
-	 * (no FI_MR_LOCAL: tcp, rxm over it) pins nothing either. */
+	 * (no FI_MR_LOCAL: tcp, rxm over it) pins nothing either. Where it pins, small and
+	 * bulk slots share the budget half and half. */
 	int pins = (fab.ep.info->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
-	nrx = (uint32_t)((pins ? uls_fab_pool_budget(1) : UNPINNED_RX) / SLOT_SIZE);
-	ntx = (uint32_t)((pins ? uls_fab_pool_budget(0) : UNPINNED_TX) / SLOT_SIZE);
+	size_t rx_bytes = pins ? uls_fab_pool_budget(1) / 2 : UNPINNED_RX;
+	size_t tx_bytes = pins ? uls_fab_pool_budget(0) / 2 : UNPINNED_TX;
+	uint32_t nrb = (uint32_t)(rx_bytes / BULK_SIZE), ntb = (uint32_t)(tx_bytes / BULK_SIZE);
+	nrx = (uint32_t)((pins ? rx_bytes : UNPINNED_RX) / SLOT_SIZE);
+	ntx = (uint32_t)((pins ? tx_bytes : UNPINNED_TX) / SLOT_SIZE);
 	nrx = nrx > 512 ? 512 : nrx;
 	ntx = ntx > 256 ? 256 : ntx;
+	/*
+	 * Not over rxm: there a bulk DATA goes by rendezvous, which measured no faster than
+	 * small slots on tcp;ofi_rxm (libfabric 1.17: 4.0 against 4.4 Gbit/s) and made rxm
+	 * reset the pair's connection under a slow reader (docs/PERFORMANCE.md, issue 14).
+	 */
+	if (nrb < BULK_MIN || ntb < BULK_MIN || strstr(fab.ep.prov, "ofi_rxm"))
+		nrb = ntb = 0;
 	if (nrx < 2 * HS_SLOTS || ntx < 8) {
 		uls_fab_ep_close(&fab.ep);
 		return open_failed("%s", "RLIMIT_MEMLOCK too low for the slot pools");
 	}
 	if (uls_fab_pool_open(&fab.rxp, &fab.ep, SLOT_SIZE, nrx, FI_RECV, why, sizeof(why)) < 0 ||
-	    uls_fab_pool_open(&fab.txp, &fab.ep, SLOT_SIZE, ntx, FI_SEND, why, sizeof(why)) < 0) {
-		uls_fab_pool_close(&fab.rxp);
+	    uls_fab_pool_open(&fab.txp, &fab.ep, SLOT_SIZE, ntx, FI_SEND, why, sizeof(why)) < 0 ||
+	    (nrb && uls_fab_pool_open(&fab.rxb, &fab.ep, BULK_SIZE, nrb, FI_RECV, why,
+				      sizeof(why)) < 0) ||
+	    (ntb && uls_fab_pool_open(&fab.txb, &fab.ep, BULK_SIZE, ntb, FI_SEND, why,
+				      sizeof(why)) < 0)) {
+		close_pools();
 		uls_fab_ep_close(&fab.ep);
 		return open_failed("%s", why);
 	}
-	fab.ops = calloc(nrx + ntx, sizeof(*fab.ops));
+	/* The ops: small receives, bulk receives, small sends, bulk sends. */
+	fab.tx_base = nrx + nrb;
+	fab.txb_base = fab.tx_base + ntx;
+	fab.ops = calloc(fab.txb_base + ntb, sizeof(*fab.ops));
 	free(deferred);
-	deferred = calloc(ntx, sizeof(*deferred));
+	deferred = calloc(ntx + ntb, sizeof(*deferred));
 	def_n = 0;
 	if (!fab.ops || !deferred) {
-		uls_fab_pool_close(&fab.txp);
-		uls_fab_pool_close(&fab.rxp);
+		close_pools();
 		uls_fab_ep_close(&fab.ep);
 		return open_failed("%s", "out of memory");
 	}
-	for (uint32_t i = 0; i < nrx; i++) {
+	for (uint32_t i = 0; i < nrx + nrb; i++) {
+		struct uls_fab_pool *pool = i < nrx ? &fab.rxp : &fab.rxb;
 		uint32_t idx;
-		uls_fab_pool_get(&fab.rxp, &idx); /* receive slots are never given back */
-		fab.ops[i] = (struct fab_op){.idx = idx, .rx = 1,
-					     .cls = i < HS_SLOTS ? FAB_CLASS_HS : FAB_CLASS_CONN};
+		uls_fab_pool_get(pool, &idx); /* receive slots are never given back */
+		fab.ops[i] = (struct fab_op){.pool = pool, .idx = idx, .rx = 1,
+					     .cls = i < HS_SLOTS ? FAB_CLASS_HS
+						    : i < nrx ? FAB_CLASS_CONN : FAB_CLASS_BULK};
 		post_rx(&fab.ops[i]);
 	}
 	for (uint32_t i = 0; i < ntx; i++)
-		fab.ops[nrx + i] = (struct fab_op){.idx = i};
+		fab.ops[fab.tx_base + i] = (struct fab_op){.pool = &fab.txp, .idx = i};
+	for (uint32_t i = 0; i < ntb; i++)
+		fab.ops[fab.txb_base + i] = (struct fab_op){.pool = &fab.txb, .idx = i};
 	fab.ep_id = fab_random64();
 	fab.state = 1;
 	/*
@@ -203,8 +242,9 @@ int fab_open_at(const struct sockaddr_storage *local)
 	static int at_exit;
 	if (!at_exit)
 		at_exit = atexit(fab_last_words) == 0;
-	uls_info("fabric: provider %s, fabric %s, %u receive and %u send slots of %u bytes",
-		 fab.ep.prov, fab.ep.fabric_name, nrx, ntx, SLOT_SIZE);
+	uls_info("fabric: provider %s, fabric %s, %u receive and %u send slots of %u bytes, "
+		 "%u and %u of %u", fab.ep.prov, fab.ep.fabric_name, nrx, ntx, SLOT_SIZE, nrb, ntb,
+		 BULK_SIZE);
 	return 0;
 }
 
@@ -270,25 +310,37 @@ struct fab_conn *fab_by_tag(uint64_t tag)
 
 static void tx_done(struct fab_op *op, int err);
 
-static struct fab_op *tx_op(uint8_t **slot)
+static struct fab_op *tx_op(struct uls_fab_pool *pool, uint8_t **slot)
 {
 	uint32_t idx;
-	void *s = uls_fab_pool_get(&fab.txp, &idx);
+	void *s = uls_fab_pool_get(pool, &idx);
 
 	if (!s)
 		return NULL;
 	*slot = s;
-	return &fab.ops[fab.rxp.nslots + idx];
+	return &fab.ops[(pool == &fab.txb ? fab.txb_base : fab.tx_base) + idx];
 }
 
 uint32_t fab_slot_size(void)
 {
-	return SLOT_SIZE;
+	return fab.rxb.nslots ? BULK_SIZE : SLOT_SIZE;
 }
 
-size_t fab_tx_room(void)
+/* A peer whose slot_size is above the small size has bulk slots of that size (9.2). */
+static int peer_bulk(const struct fab_conn *f)
 {
-	return fab.txp.nfree ? SLOT_SIZE - FAB_HDR : 0;
+	return f->peer_slot > ULS_FAB_SMALL_SLOT;
+}
+
+size_t fab_tx_room(const struct fab_conn *f)
+{
+	size_t small = f->peer_slot < SLOT_SIZE ? f->peer_slot : SLOT_SIZE;
+
+	if (f->tx_flight >= FAB_FLIGHT)
+		return 0;
+	if (peer_bulk(f) && fab.txb.nfree)
+		return (f->peer_slot < BULK_SIZE ? f->peer_slot : BULK_SIZE) - FAB_HDR;
+	return fab.txp.nfree ? small - FAB_HDR : 0;
 }
 
 /*
@@ -303,8 +355,8 @@ size_t fab_tx_room(void)
 
 static ssize_t tsend(struct fab_op *op)
 {
-	return uls_fab_ep_tsend(&fab.ep, uls_fab_slot(&fab.txp, op->idx), op->len, fab.txp.desc,
-				op->dest, op->cls, &op->ctx);
+	return uls_fab_ep_tsend(&fab.ep, uls_fab_slot(op->pool, op->idx), op->len,
+				op->pool->desc, op->dest, op->cls, &op->ctx);
 }
 
 static int dest_waits(fi_addr_t dest, uint32_t upto)
@@ -350,7 +402,7 @@ static int post_tx(struct fab_op *op, struct fab_conn *f, fi_addr_t dest, uint32
 	flush_deferred();
 	if (!dest_waits(dest, def_n))
 		r = tsend(op);
-	if (r == -FI_EAGAIN && may_defer && def_n < fab.txp.nslots) {
+	if (r == -FI_EAGAIN && may_defer && def_n < fab.txp.nslots + fab.txb.nslots) {
 		op->since = uls_now_ns();
 		deferred[def_n++] = op;
 		r = 0;
@@ -358,18 +410,19 @@ static int post_tx(struct fab_op *op, struct fab_conn *f, fi_addr_t dest, uint32
 	if (r != 0) {
 		if (r != -FI_EAGAIN)
 			uls_dbg("fabric: send of %zu bytes failed: %s", len, uls_fab_err((int)r));
-		uls_fab_pool_put(&fab.txp, op->idx);
+		uls_fab_pool_put(op->pool, op->idx);
 		return r == -FI_EAGAIN ? -EAGAIN : -EIO;
 	}
 	if (f)
 		f->tx_flight++;
+	atomic_fetch_add(&fab.tx_posted, 1);
 	return 0;
 }
 
 int fab_send(struct fab_conn *f, fi_addr_t dest, uint32_t cls, const void *msg, size_t len)
 {
 	uint8_t *slot;
-	struct fab_op *op = tx_op(&slot);
+	struct fab_op *op = tx_op(&fab.txp, &slot);
 
 	if (!op)
 		return -EAGAIN;
@@ -394,9 +447,10 @@ static int conn_post(struct fab_conn *f, struct fab_op *op, uint8_t *slot, int t
 	uint32_t wnd = wnd_owed(f);
 	struct uls_fab_hdr h = {.type = (uint8_t)type, .len = (uint32_t)plen, .tag = f->peer_tag,
 				.seq = f->tx_seq, .wnd = wnd};
+	uint32_t cls = op->pool == &fab.txb ? FAB_CLASS_BULK : FAB_CLASS_CONN;
 
 	uls_fab_hdr_pack(&h, slot);
-	int r = post_tx(op, f, f->peer, FAB_CLASS_CONN, FAB_HDR + plen, may_defer);
+	int r = post_tx(op, f, f->peer, cls, FAB_HDR + plen, may_defer);
 
 	if (r == 0)
 		f->tx_seq++;
@@ -408,7 +462,7 @@ static int conn_post(struct fab_conn *f, struct fab_op *op, uint8_t *slot, int t
 int fab_send_ctl(struct fab_conn *f, int type, const void *payload, size_t plen)
 {
 	uint8_t *slot;
-	struct fab_op *op = tx_op(&slot);
+	struct fab_op *op = tx_op(&fab.txp, &slot);
 
 	if (!op)
 		return -EAGAIN;
@@ -465,7 +519,9 @@ int fab_send_data(struct fab_conn *f, const struct iovec *iov, int iovcnt, size_
 		  size_t n)
 {
 	uint8_t *slot;
-	struct fab_op *op = tx_op(&slot);
+	/* Longer than a small slot of the peer's takes a bulk one (fab_tx_room). */
+	int bulk = peer_bulk(f) && n > SLOT_SIZE - FAB_HDR;
+	struct fab_op *op = tx_op(bulk ? &fab.txb : &fab.txp, &slot);
 	size_t done = 0;
 
 	if (!op)
@@ -618,20 +674,82 @@ static void conn_arrival(struct fab_conn *f, const struct uls_fab_hdr *h, const 
 	}
 }
 
+struct fab_held {
+	struct uls_fab_hdr h;
+	uint8_t p[];
+};
+
+void fab_held_free(struct fab_conn *f)
+{
+	if (!f->held)
+		return;
+	for (uint32_t i = 0; i < FAB_HOLD; i++)
+		free(f->held[i]);
+	free(f->held);
+	f->held = NULL;
+	f->held_n = f->held_bytes = 0;
+}
+
+/*
+ * A message ahead of the next seq (9.6): a provider completed it before an earlier one.
+ * It is copied and taken in turn, within FAB_HOLD messages and the connection's window:
+ * beyond them, or twice the same seq, the peer broke the rules (9.11).
+ */
+static void hold_arrival(struct fab_conn *f, const struct uls_fab_hdr *h, const uint8_t *p)
+{
+	uint32_t ahead = h->seq - f->rx_seq, at = h->seq % FAB_HOLD;
+	struct fab_held *m;
+
+	if (ahead >= FAB_HOLD || (uint64_t)f->held_bytes + h->len > f->rx_window)
+		return fab_violation(f, "sequence");
+	if (!f->held && !(f->held = calloc(FAB_HOLD, sizeof(*f->held))))
+		return fab_violation(f, "out of memory for a message ahead of its turn");
+	if (f->held[at])
+		return fab_violation(f, "sequence");
+	if (!(m = malloc(sizeof(*m) + h->len)))
+		return fab_violation(f, "out of memory for a message ahead of its turn");
+	m->h = *h;
+	memcpy(m->p, p, h->len);
+	f->held[at] = m;
+	f->held_n++;
+	f->held_bytes += h->len;
+}
+
+/* A connection message, taken now if it is the next, then those held after it. */
+static void conn_take(struct fab_conn *f, const struct uls_fab_hdr *h, const uint8_t *p)
+{
+	if (f->err)
+		return;
+	if (h->seq != f->rx_seq)
+		return hold_arrival(f, h, p);
+	conn_arrival(f, h, p);
+	while (f->held_n && !f->err) {
+		struct fab_held *m = f->held[f->rx_seq % FAB_HOLD];
+		if (!m)
+			return;
+		f->held[f->rx_seq % FAB_HOLD] = NULL;
+		f->held_n--;
+		f->held_bytes -= m->h.len;
+		conn_arrival(f, &m->h, m->p);
+		free(m);
+	}
+}
+
 static void rx_done(struct fab_op *op, size_t len)
 {
-	const uint8_t *slot = uls_fab_slot(&fab.rxp, op->idx);
+	const uint8_t *slot = uls_fab_slot(op->pool, op->idx);
 	struct uls_fab_hdr h;
 
 	op->posted = 0;
-	if (uls_fab_hdr_parse(&h, slot, len) == 0 && uls_fab_hdr_check(&h, op->cls, SLOT_SIZE) == 0) {
+	if (uls_fab_hdr_parse(&h, slot, len) == 0 &&
+	    uls_fab_hdr_check(&h, op->cls, (uint32_t)op->pool->slot_size) == 0) {
 		if (op->cls == FAB_CLASS_HS) {
 			fab_hs_arrival(&h, slot + FAB_HDR);
 		} else {
 			struct fab_conn *f = fab_by_tag(h.tag);
 			/* An unknown tag is a closed connection's late message: dropped. */
 			if (f)
-				conn_arrival(f, &h, slot + FAB_HDR);
+				conn_take(f, &h, slot + FAB_HDR);
 		}
 	}
 	post_rx(op);
@@ -641,7 +759,8 @@ static void tx_done(struct fab_op *op, int err)
 {
 	struct fab_conn *f = op->tag ? fab_by_tag(op->tag) : NULL;
 
-	uls_fab_pool_put(&fab.txp, op->idx);
+	uls_fab_pool_put(op->pool, op->idx);
+	atomic_fetch_sub(&fab.tx_posted, 1);
 	fab.tx_done++; /* a slot is free: senders waiting for one look again */
 	if (f && f->tx_flight)
 		f->tx_flight--;
@@ -694,6 +813,22 @@ void fab_progress(void)
 	repost_all();
 	flush_deferred();
 	depth = 0;
+}
+
+void fab_flush(uint64_t ns)
+{
+	uint64_t end = 0;
+
+	while (atomic_load(&fab.tx_posted)) {
+		fab_progress();
+		if (!atomic_load(&fab.tx_posted))
+			return;
+		uint64_t now = uls_now_ns();
+		if (!end)
+			end = now + ns;
+		else if (now >= end)
+			return;
+	}
 }
 
 int fab_trywait(void)

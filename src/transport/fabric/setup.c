@@ -28,7 +28,7 @@
 
 #define CLIENT_WAIT_NS 2000000000ull /* ACCEPT */
 #define SERVER_WAIT_NS 2000000000ull /* CONNECT */
-#define WINDOW 262144u
+#define WINDOW 524288u
 
 
 /* ------------------------------------------------------------------ the gate */
