@@ -38,19 +38,29 @@ the bench's own, so every port is free).
                    libfabric-bin has only fi_pingpong, fi_info and fi_strerror, and
                    fabtests (fi_msg_bw, fi_rdm_tagged_bw) is not packaged.
 
+  fabric_net_pp64, fabric_net_stream1m
+                   the same two rows with the net provider on both sides: ulsock's
+                   ULSOCK_FABRIC_PROVIDER=net and fi_pingpong's `-p net`.
+  fabric_shm_pp64, fabric_shm_stream1m
+                   the same with the shm provider (`-p shm`): the two namespaces share
+                   one kernel and /dev/shm, so this is the fabric transport forced onto
+                   shared memory on one host. shm has no completion-queue wait
+                   descriptor: ulsock's sleepers look again in slices (protocol.md 9.13).
+
 The kernel column runs the same two programs without the preload; the ulsock columns wrap
 both ends with `ulsock run --profile P --` and set ULSOCK_FABRIC_PEERS=10.234.N.0/24,
-ULSOCK_FABRIC_PROVIDER=tcp;ofi_rxm, ULSOCK_LOG=info and ULSOCK_LOG_FILE: a run counts only
-when every connection of both ends logged path=fabric. One that stayed on kernel TCP fails
-with the reason ulsock gave ("ran on kernel TCP, not the fabric: ..."), and is never a
-fabric figure. The fi_pingpong column is the benchmark's reference (bench.py: a column of
-its own, and ulsock / reference beside ulsock / kernel).
+ULSOCK_FABRIC_PROVIDER=tcp;ofi_rxm (net in the net rows), ULSOCK_LOG=info and
+ULSOCK_LOG_FILE: a run counts only when every connection of both ends logged path=fabric.
+One that stayed on kernel TCP fails with the reason ulsock gave ("ran on kernel TCP, not
+the fabric: ..."), and is never a fabric figure. The fi_pingpong column is the benchmark's
+reference (bench.py: a column of its own, and ulsock / reference beside ulsock / kernel).
 
 The rows skip, saying why, where namespaces cannot be made (not root, no ip(8), no veth)
 or fi_pingpong is not installed (scripts/install-deps.sh installs libfabric-bin).
 """
 
 import atexit
+import functools
 import json
 import os
 import re
@@ -64,8 +74,12 @@ from benchlib import BenchError
 from ulstest.env import clean_env
 from ulstest.logs import PATH_LINE, matches
 
+# The provider stacks of the rows, each with fi_pingpong's name of the same stack: tcp
+# (rxm over the tcp provider's connections) and net, libfabric 1.17's fork of the tcp
+# provider with an FI_EP_RDM of its own (fi_net(7): to be merged back into tcp), where the
+# fabric sends DATA of up to 64 KiB in bulk slots (protocol.md 9.2).
 PROVIDER = "tcp;ofi_rxm"
-FI_ARGS = ["-p", "tcp", "-e", "rdm"]  # fi_pingpong's name of the same provider stack
+FI_NAME = {"tcp;ofi_rxm": "tcp", "net": "net", "shm": "shm"}
 SERVER_CPU, CLIENT_CPU = "1", "0"
 SOCKPERF_PP_MPS = benchlib.SOCKPERF_PP_MPS
 
@@ -183,8 +197,8 @@ class _Ends:
     """The server and client command lines of one run on one substrate, with the
     environment and the log files that say which path each connection took."""
 
-    def __init__(self, h, sub, d):
-        self.h, self.sub, self.logs = h, sub, []
+    def __init__(self, h, sub, d, provider):
+        self.h, self.sub, self.logs, self.provider = h, sub, [], provider
         self.fabric = sub.profile is not None
         self.d = d
 
@@ -195,7 +209,7 @@ class _Ends:
         log = os.path.join(self.d, side + ".log")
         self.logs.append((side, log))
         env = ["ULSOCK_FABRIC_PEERS=%s.0/24" % self.h["net"],
-               "ULSOCK_FABRIC_PROVIDER=" + PROVIDER, "ULSOCK_LOG=info",
+               "ULSOCK_FABRIC_PROVIDER=" + self.provider, "ULSOCK_LOG=info",
                "ULSOCK_LOG_FILE=" + log]
         return ["env"] + env + _in(ns, cpu, self.sub.wrap(argv))
 
@@ -216,13 +230,13 @@ class _Ends:
                                  % (side, off[0]["reason"] or off[0]["path"]))
 
 
-def _pair(sub, params, record, server_of, client_of, timeout):
+def _pair(sub, params, record, server_of, client_of, timeout, provider):
     """Runs server_of(port) in S and client_of(port) in C on SUB; returns the client's
     output once both ends' paths are checked."""
     h = hosts(params["build_dir"])
     port = _next_port(h)
     with tempfile.TemporaryDirectory(prefix="uls-bench-fabric-") as d:
-        ends = _Ends(h, sub, d)
+        ends = _Ends(h, sub, d, provider)
         srv, cli = ends.argv("server", server_of(port)), ends.argv("client", client_of(port))
         record(srv)
         record(cli)
@@ -240,11 +254,12 @@ FI_LINE = re.compile(r"^\s*(\d+[kKmMgG]?)\s+\S+\s+\S+\s+\S+\s+([0-9.]+)s\s+([0-9
                      r"([0-9.]+)\s+[0-9.]+\s*$", re.M)
 
 
-def fi_pingpong(params, record, size, iters):
+def fi_pingpong(params, record, size, iters, provider):
     """fi_pingpong in S and C; returns (usec/xfer, MB/sec) of the client's line."""
     h = hosts(params["build_dir"])
     port = _next_port(h)
-    base = ["fi_pingpong"] + FI_ARGS + ["-S", str(size), "-I", str(iters)]
+    base = ["fi_pingpong", "-p", FI_NAME[provider], "-e", "rdm", "-S", str(size), "-I",
+            str(iters)]
     srv = _in(h["s"], SERVER_CPU, base + ["-B", str(port)])
     cli = _in(h["c"], CLIENT_CPU, base + ["-P", str(port), h["saddr"]])
     record(srv)
@@ -261,41 +276,41 @@ def fi_pingpong(params, record, size, iters):
     return float(m[-1][3]), float(m[-1][2])
 
 
-def pp64(sub, params, record):
+def pp64(sub, params, record, provider=PROVIDER):
     secs = max(1, int(params["seconds"]))
     h = hosts(params["build_dir"])
     out = _pair(sub, params, record,
                 lambda port: ["sockperf", "sr", "--tcp", "-i", h["saddr"], "-p", str(port)],
                 lambda port: ["sockperf", "pp", "--tcp", "-i", h["saddr"], "-p", str(port),
                               "-t", str(secs), "-m", "64", "--mps", SOCKPERF_PP_MPS],
-                secs + 30)
+                secs + 30, provider)
     m = re.findall(r"\[Total Run\] RunTime=([0-9.]+) sec;.*ReceivedMessages=(\d+)", out)
     if not m or not int(m[-1][1]):
         raise BenchError("no round trips in sockperf's output:\n%s" % out[-800:])
     return float(m[-1][0]) * 1e6 / (2 * int(m[-1][1]))
 
 
-def pp64_reference(params, record):
+def pp64_reference(params, record, provider=PROVIDER):
     iters = FI_ITERS_PER_S_64 * max(1, int(params["seconds"]))
-    return fi_pingpong(params, record, 64, iters)[0]
+    return fi_pingpong(params, record, 64, iters, provider)[0]
 
 
-def stream1m(sub, params, record):
+def stream1m(sub, params, record, provider=PROVIDER):
     secs = max(1, int(params["iperf_seconds"]))
     h = hosts(params["build_dir"])
     out = _pair(sub, params, record,
                 lambda port: ["iperf3", "-s", "-p", str(port), "-1"],
                 lambda port: ["iperf3", "-c", h["saddr"], "-p", str(port), "-t", str(secs),
-                              "-l", "1M", "-J"], secs + 30)
+                              "-l", "1M", "-J"], secs + 30, provider)
     try:
         return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e9
     except (ValueError, KeyError, TypeError) as e:
         raise BenchError("bad iperf3 JSON (%s):\n%s" % (e, out[-1000:]))
 
 
-def stream1m_reference(params, record):
+def stream1m_reference(params, record, provider=PROVIDER):
     iters = FI_ITERS_PER_S_1M * max(1, int(params["iperf_seconds"]))
-    return fi_pingpong(params, record, 1 << 20, iters)[1] * 8 / 1000
+    return fi_pingpong(params, record, 1 << 20, iters, provider)[1] * 8 / 1000
 
 
 class FabricBenchmark(benchlib.Benchmark):
@@ -317,10 +332,20 @@ class FabricBenchmark(benchlib.Benchmark):
         return super().run(sub, params, record)
 
 
-BENCHMARKS = [
-    FabricBenchmark("fabric_pp64", "between hosts, fabric tcp: ping-pong 64 B, half round trip",
-                    "usec", True, pp64, ["sockperf", "fi_pingpong", "taskset"], pp64_reference),
-    FabricBenchmark("fabric_stream1m", "between hosts, fabric tcp: stream, 1 MiB writes",
-                    "Gbit/s", False, stream1m, ["iperf3", "fi_pingpong", "taskset"],
-                    stream1m_reference),
-]
+def _rows(prefix, where, provider):
+    """The two rows of one provider: ping-pong and stream, named PREFIX_pp64 and so on."""
+    return [
+        FabricBenchmark(prefix + "_pp64", where + ": ping-pong 64 B, half round trip", "usec",
+                        True, functools.partial(pp64, provider=provider),
+                        ["sockperf", "fi_pingpong", "taskset"],
+                        functools.partial(pp64_reference, provider=provider)),
+        FabricBenchmark(prefix + "_stream1m", where + ": stream, 1 MiB writes", "Gbit/s",
+                        False, functools.partial(stream1m, provider=provider),
+                        ["iperf3", "fi_pingpong", "taskset"],
+                        functools.partial(stream1m_reference, provider=provider)),
+    ]
+
+
+BENCHMARKS = (_rows("fabric", "between hosts, fabric tcp", PROVIDER)
+              + _rows("fabric_net", "between hosts, fabric net", "net")
+              + _rows("fabric_shm", "one host, fabric shm", "shm"))

@@ -33,6 +33,13 @@ void uls_transports_uid_changed(void)
 			(*t)->uid_changed();
 }
 
+void uls_transports_fork_prepare(void)
+{
+	EACH(t)
+		if ((*t)->fork_prepare)
+			(*t)->fork_prepare();
+}
+
 void uls_transports_atfork_child(void)
 {
 	EACH(t)

@@ -146,6 +146,7 @@ struct uls_transport_ops {
 	void (*idle)(void);         /* a thread is about to sleep: deferred clean-up */
 	int (*fd_shortage)(void);   /* EMFILE: 1 when a descriptor was given back */
 	void (*uid_changed)(void);  /* the process's user changed (setuid and friends) */
+	void (*fork_prepare)(void); /* before a fork, in the forking thread */
 	void (*atfork_child)(void); /* in the child of a fork, its only thread */
 	void (*exec_begin)(void);   /* before an exec, which may fail: */
 	void (*exec_failed)(void);  /* ...and after one that did */
@@ -173,6 +174,7 @@ void uls_transports_init(void);
 void uls_transports_idle(void);
 int uls_transports_fd_shortage(void);
 void uls_transports_uid_changed(void);
+void uls_transports_fork_prepare(void);
 void uls_transports_atfork_child(void);
 void uls_transports_exec_begin(void);
 void uls_transports_exec_failed(void);

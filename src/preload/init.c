@@ -33,6 +33,8 @@ void uls_atfork_child(void)
 
 void uls_atfork_prepare(void)
 {
+	if (!uls_cfg.disabled)
+		uls_transports_fork_prepare();
 	uls_conn_mark_shared_all();
 	uls_epoll_unshare();
 }

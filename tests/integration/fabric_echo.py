@@ -9,6 +9,7 @@ repeated; the client (net_client --mode echo) checks every byte.
         exec    exec this program again with --fd N: the new image echoes on
         scm     send the socket over a unix socketpair to a child process, which echoes
                 on; close this process's copy
+        fork    fork: the child echoes on, the parent closes its copy and waits
     fabric_echo.py --fd N           echo on descriptor N to EOF (exec's new image)
     fabric_echo.py --recv N         receive one descriptor on unix socket N, echo on it
 
@@ -66,6 +67,14 @@ def main():
     elif how == "exec":
         os.set_inheritable(conn.fileno(), True)
         os.execv(sys.executable, [sys.executable, __file__, "--fd", str(conn.fileno()), str(n)])
+    elif how == "fork":
+        pid = os.fork()
+        if pid == 0:
+            finish(conn, n)
+            os._exit(0)
+        conn.close()
+        _, status = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(status))
     elif how == "scm":
         mine, theirs = socket.socketpair()
         pid = os.fork()

@@ -153,8 +153,15 @@ void fab_progress(void);
  * writes a long message to its socket only in progress calls. */
 void fab_flush(uint64_t ns);
 /* Before a sleep on the wait descriptor (fab.mu held): 1 when it may sleep, 0 when
- * completions wait (read them first). */
+ * completions wait (read them first) or the provider has no wait descriptor. */
 int fab_trywait(void);
+/* A short wait's sleep (fab.mu not held): 1 ms on the wait descriptor after a trywait
+ * that allowed it (may), 1 ms without one on a provider that has none. */
+void fab_sleep_1ms(int may);
+/* A poll or epoll sleeper's longest sleep on a provider without a wait descriptor: 1 ms
+ * after news (fab_news), doubling to 64 ms while none comes. */
+uint64_t fab_nowake_nap(void);
+extern _Atomic uint32_t fab_nap_ms;
 /* The address vector entry of a peer's fabric address, made once: 0 or -1. */
 int fab_peer_addr(const uint8_t *addr, size_t len, fi_addr_t *out);
 /* Sends one message of class cls (header and payload already in a slot's bytes). */
@@ -232,6 +239,7 @@ void fab_maybe_switch(struct fab_conn *f);
  */
 static inline void fab_news(struct fab_conn *f)
 {
+	atomic_store(&fab_nap_ms, 0);
 	atomic_fetch_add(&f->gen, 1);
 	uls_bells_ring_others(&f->c->bells);
 }

@@ -156,7 +156,8 @@ struct call_wait {
 	struct uls_spin spin;
 	uint64_t since;
 	int ka;
-	int busy; /* waits in a row that the provider refused to let sleep */
+	int busy;  /* waits in a row that the provider refused to let sleep */
+	int slice; /* ms of the last sleep without a wait descriptor */
 	struct keepalive saved;
 };
 
@@ -189,8 +190,10 @@ static int fab_wait(struct fab_conn *f, int fd, int rx, uint64_t deadline, struc
 			int moved = atomic_load(&f->gen) != w->gen ||
 				    (rx == WAIT_TX && fab.tx_done != w->tx_done);
 			pthread_mutex_unlock(&fab.mu);
-			if (moved)
+			if (moved) {
+				w->slice = 0;
 				return 0;
+			}
 		}
 	}
 	/* The liveness clock runs whatever the provider says below: a provider that never
@@ -205,10 +208,13 @@ static int fab_wait(struct fab_conn *f, int fd, int rx, uint64_t deadline, struc
 	}
 	pthread_mutex_lock(&fab.mu);
 	fab_progress();
-	may = fab.state > 0 && fab.pid == uls_pid() && fab_trywait();
+	int open = fab.state > 0 && fab.pid == uls_pid();
+	int nowake = open && fab.ep.wait_fd < 0; /* no wait descriptor: sleeps in slices */
+	may = open && !nowake && fab_trywait();
 	/* Progress here, or in the trywait, may have brought what the caller waits for. */
 	if (atomic_load(&f->gen) != w->gen || (rx == WAIT_TX && fab.tx_done != w->tx_done)) {
 		pthread_mutex_unlock(&fab.mu);
+		w->slice = 0;
 		return 0;
 	}
 	if (may)
@@ -221,13 +227,19 @@ static int fab_wait(struct fab_conn *f, int fd, int rx, uint64_t deadline, struc
 	pthread_mutex_unlock(&fab.mu);
 	/* Completions to read: the caller looks again, at once a few times, then after
 	 * 1 ms naps (the provider may refuse the sleep for work of its own it cannot do). */
-	if (!may && fab.pid == uls_pid() && fab.state > 0 && ++w->busy < 64)
+	if (!may && !nowake && open && ++w->busy < 64)
 		return 0;
 	if (may)
 		w->busy = 0;
 	/* A handshake in flight cannot wake anyone; another thread may read our completion. */
 	if (!may || fab_handshaking(f) || !ULS_SINGLE_THREADED() || f->tcp_end)
 		ms = 1;
+	/* Without a wait descriptor nothing on the fabric wakes a sleeper (protocol.md 9.13):
+	 * it looks again after 1, 2, 4 .. 64 ms, from 1 again after news. */
+	if (nowake) {
+		w->slice = w->slice ? (w->slice < 64 ? 2 * w->slice : 64) : 1;
+		ms = w->slice;
+	}
 	if (deadline) {
 		if (now >= deadline)
 			return -EAGAIN;
@@ -839,10 +851,7 @@ static int revert_locked(struct uls_conn *c, struct fab_conn *f, int fd, int tim
 			r = -ETIMEDOUT;
 			break;
 		}
-		if (may) {
-			struct pollfd p = {.fd = fab.ep.wait_fd, .events = POLLIN};
-			uls_libc.poll(&p, 1, 1);
-		}
+		fab_sleep_1ms(may);
 		pthread_mutex_lock(&fab.mu);
 		fab_progress();
 	}
@@ -944,10 +953,7 @@ static void fab_closing(struct uls_conn *c, int fd)
 		pthread_mutex_unlock(&fab.mu);
 		if (!flight)
 			break;
-		if (may) {
-			struct pollfd p = {.fd = fab.ep.wait_fd, .events = POLLIN};
-			uls_libc.poll(&p, 1, 1);
-		}
+		fab_sleep_1ms(may);
 	}
 	uls_fab_dirq_fini(&f->dq);
 	pthread_mutex_lock(&fab.mu);
@@ -1017,6 +1023,39 @@ static void fab_atfork_child(void)
 }
 
 /*
+ * Before a fork (9.9): the child cannot use a fabric connection (the endpoint is the
+ * parent's, and no TAKEOVER yet), and either process may be the one that goes on with
+ * it, so every fabric connection moves back to TCP in place first, byte-exact, as for an
+ * exec. One that another thread is using at that moment (its locks taken: a blocked
+ * recv, say) cannot: it stays the parent's, and the child's use of it fails (logged).
+ */
+static void fab_fork_prepare(void)
+{
+	int max = uls_fd_max();
+
+	if (fab.state <= 0 || fab.pid != uls_pid())
+		return;
+	for (int fd = 0; fd < max && fab.nconns; fd++) {
+		struct uls_conn *c = uls_fd_conn(fd);
+		if (!c || c->tp != &uls_fabric_transport || on_tcp(c))
+			continue;
+		struct fab_conn *f = fab_of(c);
+		int r = -EDEADLK; /* in another thread's call */
+		if (pthread_mutex_trylock(&f->tx_mu) == 0) {
+			if (pthread_mutex_trylock(&f->rx_mu) == 0) {
+				r = on_tcp(c) ? 0 : revert_locked(c, f, fd, 2000);
+				pthread_mutex_unlock(&f->rx_mu);
+			}
+			pthread_mutex_unlock(&f->tx_mu);
+		}
+		/* -EBUSY: a handshake under way, which a child's copy never completes. */
+		if (r < 0 && r != -EBUSY)
+			uls_warn("fork: fd=%d stays on the fabric, the parent's only: %s", fd,
+				 strerror(-r));
+	}
+}
+
+/*
  * Before an exec: the new image cannot take a fabric connection over (its endpoint and
  * state die with this one), so every one it inherits moves back to TCP first; a failure
  * is logged, and that connection is broken for the new program.
@@ -1069,10 +1108,7 @@ void fab_last_words(void)
 			break;
 		int may = fab_trywait();
 		pthread_mutex_unlock(&fab.mu);
-		if (may) {
-			struct pollfd p = {.fd = fab.ep.wait_fd, .events = POLLIN};
-			uls_libc.poll(&p, 1, 1);
-		}
+		fab_sleep_1ms(may);
 		if (pthread_mutex_trylock(&fab.mu) != 0)
 			return;
 	}
@@ -1106,6 +1142,8 @@ static uint64_t fab_nap_ns(void)
 		return 0;
 	if (atomic_load(&fab.tx_posted) && fab.pid == uls_pid())
 		return 1000000; /* and sends still posted: fab_idle pushes them */
+	if (fab.state > 0 && fab.pid == uls_pid() && fab.ep.wait_fd < 0)
+		return fab_nowake_nap();
 	pthread_mutex_lock(&fab.mu);
 	for (struct fab_conn *f = fab.conns; f && !nap; f = f->next)
 		if (fab_handshaking(f))
@@ -1143,6 +1181,7 @@ const struct uls_transport_ops uls_fabric_transport = {
 	.destroy = fab_destroy,
 	.joined = fab_joined,
 	.tcp_info = fab_tcp_info,
+	.fork_prepare = fab_fork_prepare,
 	.atfork_child = fab_atfork_child,
 	.exec_begin = fab_exec_begin,
 	.process_exit = fab_last_words,

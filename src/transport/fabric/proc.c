@@ -12,12 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/random.h>
 
 #include "../../core/config.h"
 #include "../../core/log.h"
 #include "../../os/cpu.h"
 #include "../../os/guard.h"
+#include "../../os/libc.h"
 #include "lib.h"
 
 struct fab_proc fab = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -169,11 +171,6 @@ int fab_open_at(const struct sockaddr_storage *local)
 		uls_fab_ep_close(&fab.ep);
 		return open_failed("no hardware provider (%s is software: name it in "
 				   "ULSOCK_FABRIC_PROVIDER to use it)", fab.ep.prov);
-	}
-	if (fab.ep.wait_fd < 0) {
-		snprintf(why, sizeof(why), "%s", fab.ep.prov);
-		uls_fab_ep_close(&fab.ep);
-		return open_failed("provider %.32s has no wait descriptor: not supported yet", why);
 	}
 	/* Pinned memory is what RLIMIT_MEMLOCK bounds: a provider that registers nothing
 	 * (no FI_MR_LOCAL: tcp, rxm over it) pins nothing either. Where it pins, small and
@@ -831,10 +828,33 @@ void fab_flush(uint64_t ns)
 	}
 }
 
+void fab_sleep_1ms(int may)
+{
+	struct pollfd p = {.fd = fab.ep.wait_fd, .events = POLLIN};
+
+	if (may)
+		uls_libc.poll(&p, 1, 1);
+	else if (fab.ep.wait_fd < 0)
+		uls_libc.poll(NULL, 0, 1);
+}
+
+_Atomic uint32_t fab_nap_ms;
+
+uint64_t fab_nowake_nap(void)
+{
+	uint32_t ms = atomic_load(&fab_nap_ms);
+
+	ms = ms ? (ms < 64 ? 2 * ms : 64) : 1;
+	atomic_store(&fab_nap_ms, ms);
+	return (uint64_t)ms * 1000000u;
+}
+
 int fab_trywait(void)
 {
 	struct fid *cq = &fab.ep.cq->fid;
 
+	if (fab.ep.wait_fd < 0)
+		return 0;
 	for (int i = 0; i < 8; i++) {
 		uls_inside_begin();
 		int r = fi_trywait(fab.ep.fabric, &cq, 1);
