@@ -214,7 +214,9 @@ class _Ends:
         return ["env"] + env + _in(ns, cpu, self.sub.wrap(argv))
 
     def check(self):
-        """Every connection of both ends on the fabric, else BenchError with why not."""
+        """Every connection of both ends on the fabric, else BenchError with why not (each
+        end's first reason)."""
+        why = []
         for side, log in self.logs:
             try:
                 with open(log) as f:
@@ -226,8 +228,9 @@ class _Ends:
                 raise BenchError("the %s logged no path line (ulsock not loaded?)" % side)
             off = [m for m in paths if m["path"] != "fabric"]
             if off:
-                raise BenchError("ran on kernel TCP, not the fabric (%s): %s"
-                                 % (side, off[0]["reason"] or off[0]["path"]))
+                why.append("%s: %s" % (side, off[0]["reason"] or off[0]["path"]))
+        if why:
+            raise BenchError("ran on kernel TCP, not the fabric (%s)" % "; ".join(why))
 
 
 def _pair(sub, params, record, server_of, client_of, timeout, provider):

@@ -48,7 +48,9 @@
 #define REG_RATE 10000
 #define NS 1000000000ull
 #define HELLO_NS NS
-#define WAIT_NS (200 * 1000000ull)
+/* How long a HELLO waits for its REG: a server's first connection loads libfabric (about
+ * 300 ms) before it registers. */
+#define WAIT_NS (1000 * 1000000ull)
 #define REG_LIFE_NS NS
 /* Source addresses remembered for their HELLO rate; past this new ones are refused. */
 #define SRC_MAX 8192

@@ -77,7 +77,7 @@ def test_switch_mid_stream(hosts):
 def test_plain_peer(hosts, plain):
     """One end without ulsock: the other stays on TCP, saying why; the bytes are exact.
     The client holds its connections 2.5 s after the exchange, so that each side's
-    answer (fabricd's NO after 200 ms; no CONNECT within 2 s of the REG) has come."""
+    answer (fabricd's NO after 1 s; no CONNECT within 2 s of the REG) has come."""
     server, port = hosts.server("--mode", "echo", "--max-conns", "2", ulsock=plain != "server")
     client = hosts.uls.start([hosts.uls.helper("net_client"), "--port", str(port), "--addr",
                               hosts.saddr, "--mode", "echo", "--conns", "2", "--bytes", "1M",
@@ -93,6 +93,31 @@ def test_plain_peer(hosts, plain):
         expect_paths(client, "kernel", count=2, reason="fabric: not registered")
     else:
         expect_paths(server, "kernel", count=2, reason="fabric: no answer on the fabric")
+
+
+@pytest.mark.parametrize("mode", ["echo", "sink"])
+@pytest.mark.parametrize("plain", ["client", "server"])
+def test_plain_peer_transcript(hosts, tmp_path, plain, mode):
+    """A plain peer between hosts sees exactly the program's bytes, as with a plain peer
+    on the other side too: the server records everything it receives, the client dumps
+    everything it sent (300,007 bytes a connection, writes of up to 7,919), and the files
+    are equal byte for byte; the ulsock end stays on TCP."""
+    (tmp_path / "rec").mkdir()
+    server, port = hosts.server("--mode", mode, "--record", tmp_path / "rec",
+                                "--max-conns", "3", ulsock=plain != "server")
+    client = hosts.client(port, "--mode", mode, "--conns", "3", "--bytes", "300007",
+                          "--max-io", "7919", "--dump-dir", tmp_path / "sent",
+                          ulsock=plain != "client")
+    server.wait()
+    all_ok(server, 3)
+    for k in range(3):
+        rec = (tmp_path / "rec" / f"conn-{k}.bin").read_bytes()
+        sent = (tmp_path / "sent" / f"tx-{k}.bin").read_bytes()
+        assert len(rec) == len(sent) == 300007, (len(rec), len(sent))
+        assert rec == sent, next(i for i in range(len(rec)) if rec[i] != sent[i])
+    ulsock_end = server if plain == "client" else client
+    assert "path=kernel" in ulsock_end.log_text(), ulsock_end.describe()
+    assert "path=fabric" not in ulsock_end.log_text(), ulsock_end.describe()
 
 
 def test_not_allow_listed(uls, netns):
