@@ -196,6 +196,11 @@ static int fab_wait(struct fab_conn *f, int fd, int rx, uint64_t deadline, struc
 			}
 		}
 	}
+	/* The handshake goes on during a call's waits too: the client's directory exchange
+	 * and its deadlines advance only in fab_step, and a recv waiting for the peer's
+	 * answer on TCP would otherwise hold them back until it returns. */
+	if (fab_handshaking(f) && uls_fd_conn(f->fd) == f->c)
+		fab_step(f, f->fd);
 	/* The liveness clock runs whatever the provider says below: a provider that never
 	 * lets the call sleep (sends it cannot flush to a host that is gone) must not keep
 	 * the keepalive off, or the call would spin for ever. */

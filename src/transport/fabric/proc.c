@@ -741,6 +741,7 @@ static void rx_done(struct fab_op *op, size_t len)
 	if (uls_fab_hdr_parse(&h, slot, len) == 0 &&
 	    uls_fab_hdr_check(&h, op->cls, (uint32_t)op->pool->slot_size) == 0) {
 		if (op->cls == FAB_CLASS_HS) {
+			uls_dbg("fabric: %s arrived", uls_fab_type_name(h.type));
 			fab_hs_arrival(&h, slot + FAB_HDR);
 		} else {
 			struct fab_conn *f = fab_by_tag(h.tag);

@@ -359,8 +359,10 @@ static void on_connect(const uint8_t *p, uint32_t len)
 		if (f->hs == HS_SRV_REG && memcmp(f->ns, m.ns, sizeof(m.ns)) == 0)
 			break;
 	/* An unknown, used or stale Ns gets no answer and no address entry. */
-	if (!f || uls_now_ns() > f->hs_deadline)
+	if (!f || uls_now_ns() > f->hs_deadline) {
+		uls_dbg("fabric: a CONNECT for %s Ns: no answer", f ? "a stale" : "an unknown");
 		return;
+	}
 	uls_fab_tuple_pack(&m.tuple, tuple);
 	if (!m.tag || m.addr_len == 0 || m.addr_len > ULS_FAB_ADDR_MAX ||
 	    fab_peer_addr(m.addr, m.addr_len, &from) < 0) {
