@@ -1020,6 +1020,8 @@ static void fab_tcp_info(struct uls_conn *c, void *info, socklen_t len)
 static void fab_atfork_child(void)
 {
 	pthread_mutex_init(&fab.mu, NULL);
+	/* The parent's posted sends are not this process's to push (fab_idle, fab_nap_ns). */
+	atomic_store(&fab.tx_posted, 0);
 	for (struct fab_conn *f = fab.conns; f; f = f->next) {
 		f->orphan = 1;
 		pthread_mutex_init(&f->tx_mu, NULL);
