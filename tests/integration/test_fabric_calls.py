@@ -220,14 +220,13 @@ BENCH = BUILD / "bin" / "ulsock-bench"
 ULFLOW = BUILD / "bin" / "ulflow"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known limit of this cut: a switched connection cannot move back to TCP, and "
-    "ulsock-bench --server reads each connection's hello (on the fabric) and then forks a "
-    "child per session that uses the connection: the client gets EPIPE or ETIMEDOUT"))
 def test_bench_across_hosts(hosts):
     """ulsock-bench --server in the server's namespace and --client in the client's, both
-    under ulsock: a short latency and bandwidth run completes with its rows, and every
-    connection of it is on the fabric at both ends."""
+    under ulsock: the server reads each connection's hello (on the fabric) and then forks
+    a child per session, so each connection moves back to kernel TCP in place at the fork
+    (no TAKEOVER yet: README, limitations), and the client's resend of what the server
+    had not read goes out while it waits for the answer. The short latency and bandwidth
+    run completes with every row verified."""
     hosts.env["ULSOCK_FABRIC_PEERS"] = f"{hosts.saddr.rsplit('.', 1)[0]}.0/24"
     server = hosts.uls.start([BENCH, "--server", f"{hosts.saddr}:0", "--timeout", "3"],
                              name="bench-server", env=hosts.env, wrap=hosts.s.prefix,
@@ -241,10 +240,12 @@ def test_bench_across_hosts(hosts):
     rows = [ln for ln in client.output().splitlines() if ln.startswith("{")]
     tests = {re.search(r'"test":\s*"(\w+)"', r)[1] for r in rows}
     assert {"latency", "bw"} <= tests, client.output()
-    lines = expect_paths(client, "fabric", peer_port=port)
-    assert lines, client.describe()
+    assert all('"verified":true' in r for r in rows), client.output()
+    log = client.log_text()
+    assert "path=fabric" in log, client.describe()
+    assert "moved back to kernel TCP (the peer asked)" in log, client.describe()
     server.stop()
-    expect_paths(server, "fabric", count=len(lines), local_port=port)
+    assert "moved back to kernel TCP" in server.log_text(), server.describe()
 
 
 def test_ulflow_across_hosts(hosts, tmp_path):

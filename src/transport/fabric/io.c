@@ -198,8 +198,10 @@ static int fab_wait(struct fab_conn *f, int fd, int rx, uint64_t deadline, struc
 	}
 	/* The handshake goes on during a call's waits too: the client's directory exchange
 	 * and its deadlines advance only in fab_step, and a recv waiting for the peer's
-	 * answer on TCP would otherwise hold them back until it returns. */
-	if (fab_handshaking(f) && uls_fd_conn(f->fd) == f->c)
+	 * answer on TCP would otherwise hold them back until it returns. So does a move
+	 * back the peer asked for: what it had not read goes again on TCP now (peer_left),
+	 * not at this side's next send, which a recv waiting for the answer never makes. */
+	if ((fab_handshaking(f) || f->peer_rev) && uls_fd_conn(f->fd) == f->c)
 		fab_step(f, f->fd);
 	/* The liveness clock runs whatever the provider says below: a provider that never
 	 * lets the call sleep (sends it cannot flush to a host that is gone) must not keep
