@@ -19,9 +19,9 @@ the bench's own, so every port is free).
                    period and is missing ("No valid observations") when the exchanges take
                    milliseconds. Where both exist they agree (14.5 us, kernel TCP here).
                    sockperf, not ulsock-bench: ulsock-bench --server forks a child per
-                   session, and a connection accepted before a fork stays on kernel TCP in
-                   this cut of the fabric transport ("declined (the socket moved to a forked
-                   child first)"), so it cannot measure the fabric. sockperf serves in one
+                   session, and a connection moves back to kernel TCP at a fork in this cut
+                   of the fabric transport (or stays there, "declined (the socket moved to a
+                   forked child first)"), so it cannot measure the fabric. sockperf serves in one
                    process and is the program of the one-host pp64 row.
                    reference: `fi_pingpong -p tcp -e rdm -S 64 -I ITERS`, its usec/xfer
                    (elapsed time over 2 x ITERS transfers: also the mean half round trip,
