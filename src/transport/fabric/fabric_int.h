@@ -162,6 +162,11 @@ void fab_sleep_1ms(int may);
  * after news (fab_news), doubling to 64 ms while none comes. */
 uint64_t fab_nowake_nap(void);
 extern _Atomic uint32_t fab_nap_ms;
+/* The sleep slice after one of ms without news: 1, 2, 4 .. 64 ms (0: none yet). */
+static inline uint32_t fab_next_slice(uint32_t ms)
+{
+	return ms ? (ms < 64 ? 2 * ms : 64) : 1;
+}
 /* The address vector entry of a peer's fabric address, made once: 0 or -1. */
 int fab_peer_addr(const uint8_t *addr, size_t len, fi_addr_t *out);
 /* Sends one message of class cls (header and payload already in a slot's bytes). */

@@ -244,7 +244,7 @@ static int fab_wait(struct fab_conn *f, int fd, int rx, uint64_t deadline, struc
 	/* Without a wait descriptor nothing on the fabric wakes a sleeper (protocol.md 9.13):
 	 * it looks again after 1, 2, 4 .. 64 ms, from 1 again after news. */
 	if (nowake) {
-		w->slice = w->slice ? (w->slice < 64 ? 2 * w->slice : 64) : 1;
+		w->slice = (int)fab_next_slice((uint32_t)w->slice);
 		ms = w->slice;
 	}
 	if (deadline) {
@@ -1032,36 +1032,57 @@ static void fab_atfork_child(void)
 }
 
 /*
- * Before a fork (9.9): the child cannot use a fabric connection (the endpoint is the
- * parent's, and no TAKEOVER yet), and either process may be the one that goes on with
- * it, so every fabric connection moves back to TCP in place first, byte-exact, as for an
- * exec. One that another thread is using at that moment (its locks taken: a blocked
- * recv, say) cannot: it stays the parent's, and the child's use of it fails (logged).
+ * Every fabric connection among the process's descriptors moves back to TCP in place,
+ * for what: "exec" (only those the new image inherits: not close-on-exec; each waits for
+ * its locks) or "fork" (all of them, but one whose locks another thread holds at that
+ * moment, in a blocked recv say, stays the parent's: -EDEADLK). A failure is logged.
  */
-static void fab_fork_prepare(void)
+static void revert_all(int exec)
 {
 	int max = uls_fd_max();
 
-	if (fab.state <= 0 || fab.pid != uls_pid())
-		return;
 	for (int fd = 0; fd < max && fab.nconns; fd++) {
 		struct uls_conn *c = uls_fd_conn(fd);
 		if (!c || c->tp != &uls_fabric_transport || on_tcp(c))
 			continue;
-		struct fab_conn *f = fab_of(c);
-		int r = -EDEADLK; /* in another thread's call */
-		if (pthread_mutex_trylock(&f->tx_mu) == 0) {
-			if (pthread_mutex_trylock(&f->rx_mu) == 0) {
-				r = on_tcp(c) ? 0 : revert_locked(c, f, fd, 2000);
-				pthread_mutex_unlock(&f->rx_mu);
+		int r;
+		if (exec) {
+			int fl = uls_libc.fcntl(fd, F_GETFD);
+			if (fl < 0 || (fl & FD_CLOEXEC))
+				continue;
+			r = fab_revert(c, fd, 2000);
+		} else {
+			struct fab_conn *f = fab_of(c);
+			r = -EDEADLK;
+			if (pthread_mutex_trylock(&f->tx_mu) == 0) {
+				if (pthread_mutex_trylock(&f->rx_mu) == 0) {
+					r = on_tcp(c) ? 0 : revert_locked(c, f, fd, 2000);
+					pthread_mutex_unlock(&f->rx_mu);
+				}
+				pthread_mutex_unlock(&f->tx_mu);
 			}
-			pthread_mutex_unlock(&f->tx_mu);
+			/* -EBUSY: a handshake under way, which a child's copy never completes. */
+			if (r == -EBUSY)
+				continue;
 		}
-		/* -EBUSY: a handshake under way, which a child's copy never completes. */
-		if (r < 0 && r != -EBUSY)
+		if (r < 0 && exec)
+			uls_warn("exec: fd=%d could not move back to kernel TCP: %s", fd, strerror(-r));
+		else if (r < 0)
 			uls_warn("fork: fd=%d stays on the fabric, the parent's only: %s", fd,
 				 strerror(-r));
 	}
+}
+
+/*
+ * Before a fork (9.9): the child cannot use a fabric connection (the endpoint is the
+ * parent's, and no TAKEOVER yet), and either process may be the one that goes on with
+ * it, so every fabric connection moves back to TCP in place first, byte-exact, as for an
+ * exec.
+ */
+static void fab_fork_prepare(void)
+{
+	if (fab.state > 0 && fab.pid == uls_pid())
+		revert_all(0);
 }
 
 /*
@@ -1071,19 +1092,7 @@ static void fab_fork_prepare(void)
  */
 static void fab_exec_begin(void)
 {
-	int max = uls_fd_max();
-
-	for (int fd = 0; fd < max && fab.nconns; fd++) {
-		struct uls_conn *c = uls_fd_conn(fd);
-		if (!c || c->tp != &uls_fabric_transport || on_tcp(c))
-			continue;
-		int fl = uls_libc.fcntl(fd, F_GETFD);
-		if (fl < 0 || (fl & FD_CLOEXEC))
-			continue;
-		int r = fab_revert(c, fd, 2000);
-		if (r < 0)
-			uls_warn("exec: fd=%d could not move back to kernel TCP: %s", fd, strerror(-r));
-	}
+	revert_all(1);
 }
 
 /*

@@ -845,7 +845,7 @@ uint64_t fab_nowake_nap(void)
 {
 	uint32_t ms = atomic_load(&fab_nap_ms);
 
-	ms = ms ? (ms < 64 ? 2 * ms : 64) : 1;
+	ms = fab_next_slice(ms);
 	atomic_store(&fab_nap_ms, ms);
 	return (uint64_t)ms * 1000000u;
 }
