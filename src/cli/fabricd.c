@@ -43,7 +43,7 @@
 #define HELLO_BURST 4000
 #define UNIX_PER_UID 64
 #define UNIX_MAX 1024
-#define REG_PER_UID 4096
+#define REG_PER_UID 16384
 #define REG_MAX 65536
 #define REG_RATE 10000
 #define NS 1000000000ull
@@ -51,7 +51,10 @@
 /* How long a HELLO waits for its REG: a server's first connection loads libfabric (about
  * 300 ms) before it registers. */
 #define WAIT_NS (1000 * 1000000ull)
-#define REG_LIFE_NS NS
+/* How long a REG waits for its HELLO: as long as the server waits for the CONNECT by
+ * default (ULSOCK_FABRIC_WAIT_MS), for a client that asks late (it connected without
+ * blocking, then slept). */
+#define REG_LIFE_NS (10 * NS)
 /* Source addresses remembered for their HELLO rate; past this new ones are refused. */
 #define SRC_MAX 8192
 #define HASH_BUCKETS 4096
@@ -89,7 +92,7 @@ struct uident {
 
 struct reg {
 	struct reg *hnext;         /* hash chain */
-	struct reg *prev, *next;   /* age list, oldest first (every REG lives 1 s) */
+	struct reg *prev, *next;   /* age list, oldest first (every REG lives 10 s) */
 	uint64_t expires;
 	struct uident *owner;
 	struct uls_fab_reg r;

@@ -289,6 +289,21 @@ static int parse_fabric_port(const char *s, struct uls_config *cfg,
 	return -1;
 }
 
+static int parse_fabric_wait(const char *s, struct uls_config *cfg,
+			     struct ulsock_config_bad *bad)
+{
+	long long v;
+
+	if (parse_ll(s, &v) == 0 && v >= ULS_FABRIC_WAIT_MIN_MS && v <= ULS_FABRIC_WAIT_MAX_MS) {
+		cfg->fabric_wait_ms = (uint32_t)v;
+		return 0;
+	}
+	snprintf(bad->problem, sizeof(bad->problem), "is not a count of milliseconds from %u to %u",
+		 ULS_FABRIC_WAIT_MIN_MS, ULS_FABRIC_WAIT_MAX_MS);
+	snprintf(bad->used, sizeof(bad->used), "using %u", ULS_FABRIC_WAIT_MS);
+	return -1;
+}
+
 /* The allow-list, the provider and the key are the fabric transport's to check, when a
  * connection first needs them (it logs a bad one once, and keeps to TCP). */
 static int keep_fabric_peers(const char *s, struct uls_config *cfg, struct ulsock_config_bad *bad)
@@ -329,6 +344,7 @@ static const struct {
 	{ULSOCK_ENV_FABRIC_PROVIDER, keep_fabric_provider},
 	{ULSOCK_ENV_FABRIC_KEY, keep_fabric_key},
 	{ULSOCK_ENV_FABRIC_PORT, parse_fabric_port},
+	{ULSOCK_ENV_FABRIC_WAIT_MS, parse_fabric_wait},
 };
 #define NVARS (sizeof(vars) / sizeof(vars[0]))
 
@@ -357,6 +373,7 @@ int uls_config_parse(struct uls_config *cfg, ulsock_config_bad_fn bad_fn, void *
 	cfg->ntrusted = 0;
 	cfg->fabric_peers = cfg->fabric_provider = cfg->fabric_key = NULL;
 	cfg->fabric_port = ULS_FABRIC_PORT;
+	cfg->fabric_wait_ms = ULS_FABRIC_WAIT_MS;
 	for (size_t i = 0; i < NVARS; i++) {
 		const char *s = getenv(vars[i].name);
 		struct ulsock_config_bad bad = {.var = vars[i].name};
@@ -411,11 +428,12 @@ static void log_config(void)
 		n += (size_t)snprintf(trusted + n, sizeof(trusted) - n, "%s%u", i ? "," : "",
 				      (unsigned)uls_cfg.trusted[i]);
 	uls_dbg("config: profile=%s spin_us=%lld rx_pace_ns=%" PRIu64 " ring_size=%" PRIu64
-		" log=%s log_file=%s disable=%d trust_uids=%s",
+		" log=%s log_file=%s disable=%d trust_uids=%s fabric_wait_ms=%u",
 		profile_names[uls_cfg.profile],
 		uls_cfg.spin_ns < 0 ? -1ll : (long long)(uls_cfg.spin_ns / 1000),
 		uls_cfg.rx_pace_ns, uls_cfg.ring_size, level_names[uls_cfg.log_level],
-		uls_cfg.log_file ? uls_cfg.log_file : "-", uls_cfg.disabled, trusted);
+		uls_cfg.log_file ? uls_cfg.log_file : "-", uls_cfg.disabled, trusted,
+		(unsigned)uls_cfg.fabric_wait_ms);
 }
 
 /* Logs the bad values, and at level debug the configuration, where the log will go:

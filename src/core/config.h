@@ -18,6 +18,11 @@ enum uls_log_level { ULS_LOG_ERROR, ULS_LOG_WARN, ULS_LOG_INFO, ULS_LOG_DEBUG };
 #define ULS_RX_PACE_MAX_NS 100000u
 /* The fabric directory's port (protocol.md 9.1). */
 #define ULS_FABRIC_PORT 62840
+/* How long a side of a fabric handshake waits for the other's next message (protocol.md
+ * 9.4): the default, and ULSOCK_FABRIC_WAIT_MS's range. */
+#define ULS_FABRIC_WAIT_MS 10000u
+#define ULS_FABRIC_WAIT_MIN_MS 100u
+#define ULS_FABRIC_WAIT_MAX_MS 600000u
 
 struct uls_config {
 	enum uls_profile profile;
@@ -38,12 +43,13 @@ struct uls_config {
 	/*
 	 * Between hosts (docs/protocol.md 9.1): the allow-list and the provider as set (the
 	 * fabric transport parses them when it first needs them; NULL: unset), the key
-	 * file's path, and the directory port.
+	 * file's path, the directory port, and how long a handshake waits for the peer.
 	 */
 	const char *fabric_peers;
 	const char *fabric_provider;
 	const char *fabric_key;
 	uint16_t fabric_port;
+	uint32_t fabric_wait_ms;
 	uid_t uid;
 };
 

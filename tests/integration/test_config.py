@@ -35,6 +35,7 @@ PROBLEM = {
     "ULSOCK_LOG_FILE": "cannot be opened (No such file or directory)",
     "ULSOCK_DISABLE": "is not 1 (disable) or 0",
     "ULSOCK_TRUST_UIDS": "is not a comma-separated list of up to 16 uids",
+    "ULSOCK_FABRIC_WAIT_MS": "is not a count of milliseconds from 100 to 600000",
 }
 
 # (variable, bad value, what the warning says is used, the `config:` fields that show it).
@@ -64,6 +65,9 @@ BAD = [
     ("ULSOCK_TRUST_UIDS", "4294967295", "trusting no other user", {"trust_uids": "-"}),
     ("ULSOCK_TRUST_UIDS", ",".join(str(1000 + i) for i in range(17)), "trusting no other user",
      {"trust_uids": "-"}),
+    ("ULSOCK_FABRIC_WAIT_MS", "99", "using 10000", {"fabric_wait_ms": "10000"}),
+    ("ULSOCK_FABRIC_WAIT_MS", "600001", "using 10000", {"fabric_wait_ms": "10000"}),
+    ("ULSOCK_FABRIC_WAIT_MS", "2s", "using 10000", {"fabric_wait_ms": "10000"}),
 ]
 
 # (variable, good value, the `config:` fields that show it taken; None: not visible there).
@@ -88,6 +92,9 @@ GOOD = [
     ("ULSOCK_DISABLE", "0", {"disable": "0"}),
     ("ULSOCK_TRUST_UIDS", "0,65534", {"trust_uids": "0,65534"}),
     ("ULSOCK_TRUST_UIDS", "1000", {"trust_uids": "1000"}),
+    ("ULSOCK_FABRIC_WAIT_MS", "100", {"fabric_wait_ms": "100"}),
+    ("ULSOCK_FABRIC_WAIT_MS", "600000", {"fabric_wait_ms": "600000"}),
+    ("ULSOCK_FABRIC_WAIT_MS", "", {"fabric_wait_ms": "10000"}),
 ]
 
 

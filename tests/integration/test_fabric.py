@@ -77,8 +77,10 @@ def test_switch_mid_stream(hosts):
 def test_plain_peer(hosts, plain):
     """One end without ulsock: the other stays on TCP, saying why; the bytes are exact.
     The client holds its connections 2.5 s after the exchange, so that each side's
-    answer (fabricd's NO after 1 s; no CONNECT within 2 s of the REG) has come."""
-    server, port = hosts.server("--mode", "echo", "--max-conns", "2", ulsock=plain != "server")
+    answer (fabricd's NO after 1 s; no CONNECT within 2 s of the REG, the server's
+    ULSOCK_FABRIC_WAIT_MS here) has come."""
+    server, port = hosts.server("--mode", "echo", "--max-conns", "2", ulsock=plain != "server",
+                                env={"ULSOCK_FABRIC_WAIT_MS": "2000"})
     client = hosts.uls.start([hosts.uls.helper("net_client"), "--port", str(port), "--addr",
                               hosts.saddr, "--mode", "echo", "--conns", "2", "--bytes", "1M",
                               "--hold", "--pause-held"], name="client", env=hosts.env,
@@ -452,3 +454,65 @@ def test_exit_without_close(hosts, how):
     sent = re.search(r"SENT sha=(\w+)", server.output())[1]
     assert f"GOT n={n} sha={sent}" in client.output(), client.describe()
     expect_paths(client, "fabric", count=1)
+
+
+SLEEPY_SERVER = r"""
+import socket, sys
+ls = socket.socket(); ls.bind((sys.argv[1], 0)); ls.listen(1)
+print("READY port=%d" % ls.getsockname()[1], flush=True)
+c, _ = ls.accept()
+while True:                             # echoes until the client closes
+    b = c.recv(65536)
+    if not b:
+        break
+    c.sendall(b)
+print("ECHOED", flush=True)
+"""
+
+SLEEPY_CLIENT = r"""
+import socket, sys, time
+if sys.argv[4] == "block":
+    s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+else:                                   # the handshake does not even begin in connect
+    s = socket.socket()
+    s.setblocking(False)
+    s.connect_ex((sys.argv[1], int(sys.argv[2])))
+time.sleep(float(sys.argv[3]))          # no call into ulsock: nothing moves on this side
+s.setblocking(True)
+i, end = 0, time.monotonic() + 1.5
+while i < 300 or time.monotonic() < end:  # then round trips of 1 KiB for 1.5 s or more,
+    i += 1                              # through the handshake that goes on meanwhile
+    msg = bytes((i + j) & 255 for j in range(1024))
+    s.sendall(msg)
+    got = b""
+    while len(got) < len(msg):
+        b = s.recv(len(msg) - len(got))
+        assert b, "EOF"
+        got += b
+    assert got == msg, i
+print("ROUND TRIPS OK n=%d" % i, flush=True)
+"""
+
+
+@pytest.mark.parametrize("connect", ["block", "nonblock"])
+def test_client_sleeps_after_connect(hosts, connect):
+    """A client that sleeps 3 s right after connect (sockperf sleeps 2 s after its warm-up)
+    makes no call meanwhile: its handshake stands still (a non-blocking connect has not
+    asked the directory yet; a blocking one that did not finish in connect, as on a busy
+    host, has its CONNECT held back by its provider) until it wakes. The server waits
+    for it (ULSOCK_FABRIC_WAIT_MS, 10 s by default), and the connection still moves to
+    the fabric at both ends, every byte exact."""
+    server = hosts.uls.start([sys.executable, "-c", SLEEPY_SERVER, hosts.saddr],
+                             name="server", env=hosts.env, wrap=hosts.s.prefix,
+                             ready=r"READY port=\d+")
+    port = re.search(r"READY port=(\d+)", server.output())[1]
+    client = hosts.uls.run([sys.executable, "-c", SLEEPY_CLIENT, hosts.saddr, port, "3", connect],
+                           name="client", env=hosts.env, wrap=hosts.c.prefix)
+    server.wait()
+    n = re.search(r"ROUND TRIPS OK n=(\d+)", client.output())
+    assert n, client.describe()
+    assert "ECHOED" in server.output(), server.describe()
+    expect_paths(client, "fabric", count=1)
+    expect_paths(server, "fabric", count=1)
+    ttx, ftx, trx, frx = fabric_counts(client)
+    assert ttx + ftx == trx + frx == int(n[1]) * 1024 and ftx > 0, (ttx, ftx, trx, frx)

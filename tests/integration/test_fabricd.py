@@ -116,7 +116,7 @@ def test_reg_for_a_socket_not_owned_is_dropped(uls, world):
              sock["cookie"]]
     raw = ["ip", "netns", "exec", b.name, helper, "raw", SERVER, DIRPORT, "ok",
            sock["client"], sock["server"]]
-    # The HELLO follows the REG at once (a REG lives 1 s), in one command.
+    # The HELLO follows the REG at once (a REG lives 10 s), in one command.
     chain = lambda fargs: ["sh", "-c", " ".join(map(str, fargs)) + " && " +
                            " ".join(map(str, raw))]
     stranger = uls.run(chain(user_prefix("nobody") + forge), name="nobody", ulsock=False,

@@ -34,9 +34,9 @@
 enum fab_hs {
 	HS_CLI_CONNECTING, /* client: the kernel's connect has not completed yet */
 	HS_CLI_DIR,        /* client: asking the server host's directory */
-	HS_CLI_SENT,       /* client: CONNECT sent, waiting for ACCEPT (1 s) */
+	HS_CLI_SENT,       /* client: CONNECT sent, waiting for ACCEPT (hs_wait_ns) */
 	HS_CLI_ACCEPTED,   /* client: ACCEPT valid, the switch is this side's to make */
-	HS_SRV_REG,        /* server: registered, waiting for CONNECT (2 s) */
+	HS_SRV_REG,        /* server: registered, waiting for CONNECT (hs_wait_ns) */
 	HS_SRV_ACCEPTED,   /* server: ACCEPT sent, waiting for the client's SWITCH */
 	HS_DONE,           /* both committed: each direction switches at its sender's will */
 	HS_FAILED,         /* stays on TCP for `why` */
@@ -49,6 +49,7 @@ struct fab_conn {
 	int fd;                 /* a descriptor of the socket when it was set up */
 	enum fab_hs hs;
 	int announced;        /* HS_DONE, and the path was logged (fab_step) */
+	uint64_t hs_since;    /* ns: when the handshake began */
 	uint64_t hs_deadline; /* ns */
 	char why[80];         /* HS_FAILED: why it stays on TCP */
 	struct uls_fab_dirq dq;
@@ -258,6 +259,21 @@ static inline int fab_handshaking(const struct fab_conn *f)
 		return 0;
 	return f->hs < HS_CLI_ACCEPTED || f->hs == HS_SRV_REG ||
 	       (f->hs == HS_SRV_ACCEPTED && uls_now_ns() < f->hs_deadline);
+}
+
+/*
+ * How long a sleeper waits before it looks at a handshake again (nothing of it wakes
+ * anyone, 9.7): 1 ms in its first 100 ms, then a 32nd of its age, at most 64 ms. A peer
+ * that is slow to answer (its program sleeps, or it never runs ulsock) costs this side
+ * a few hundred wake-ups over the whole wait, not one a millisecond.
+ */
+static inline uint32_t fab_hs_nap_ms(const struct fab_conn *f, uint64_t now)
+{
+	uint64_t age_ms = now > f->hs_since ? (now - f->hs_since) / 1000000u : 0;
+
+	if (age_ms < 100)
+		return 1;
+	return age_ms / 32 > 64 ? 64 : (uint32_t)(age_ms / 32);
 }
 
 #endif

@@ -238,9 +238,12 @@ static int fab_wait(struct fab_conn *f, int fd, int rx, uint64_t deadline, struc
 		return 0;
 	if (may)
 		w->busy = 0;
-	/* A handshake in flight cannot wake anyone; another thread may read our completion. */
-	if (!may || fab_handshaking(f) || !ULS_SINGLE_THREADED() || f->tcp_end)
+	/* A handshake in flight cannot wake anyone (it is looked at more rarely as it ages);
+	 * another thread may read our completion. */
+	if (!may || !ULS_SINGLE_THREADED() || f->tcp_end)
 		ms = 1;
+	else if (fab_handshaking(f))
+		ms = (int)fab_hs_nap_ms(f, now);
 	/* Without a wait descriptor nothing on the fabric wakes a sleeper (protocol.md 9.13):
 	 * it looks again after 1, 2, 4 .. 64 ms, from 1 again after news. */
 	if (nowake) {
@@ -1149,9 +1152,9 @@ static int fab_wait_fd(void)
 	return fab.state > 0 && fab.pid == uls_pid() && fab.nconns > 0 ? fab.ep.wait_fd : -1;
 }
 
-/* While a handshake is under way, sleepers look every millisecond: the provider's
- * connection set-up, the directory's answer and a deadline wake no one (9.7); so do they
- * while sends are posted (fab_idle). */
+/* While a handshake is under way, sleepers look again after fab_hs_nap_ms: the provider's
+ * connection set-up, the directory's answer and a deadline wake no one (9.7); every
+ * millisecond while sends are posted (fab_idle). */
 static uint64_t fab_nap_ns(void)
 {
 	uint64_t nap = 0;
@@ -1162,10 +1165,13 @@ static uint64_t fab_nap_ns(void)
 		return 1000000; /* and sends still posted: fab_idle pushes them */
 	if (fab.state > 0 && fab.pid == uls_pid() && fab.ep.wait_fd < 0)
 		return fab_nowake_nap();
+	uint64_t now = uls_now_ns();
 	pthread_mutex_lock(&fab.mu);
-	for (struct fab_conn *f = fab.conns; f && !nap; f = f->next)
-		if (fab_handshaking(f))
-			nap = 1000000;
+	for (struct fab_conn *f = fab.conns; f && nap != 1000000; f = f->next)
+		if (fab_handshaking(f)) {
+			uint64_t ns = (uint64_t)fab_hs_nap_ms(f, now) * 1000000u;
+			nap = !nap || ns < nap ? ns : nap;
+		}
 	pthread_mutex_unlock(&fab.mu);
 	return nap;
 }

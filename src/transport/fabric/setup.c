@@ -26,8 +26,16 @@
 #include "../../os/libc.h"
 #include "policy.h"
 
-#define CLIENT_WAIT_NS 2000000000ull /* ACCEPT */
-#define SERVER_WAIT_NS 2000000000ull /* CONNECT */
+/* How long a side waits for the other's next handshake message, ACCEPT or CONNECT
+ * (ULSOCK_FABRIC_WAIT_MS, 10 s by default): long, because the peer's provider moves only
+ * while its program calls in (a client that sleeps after connecting, as sockperf does for
+ * 2 s, holds its CONNECT back until it wakes), and the wait costs little: the bytes go on
+ * TCP meanwhile, and sleepers look at the handshake less often as it ages (fab_hs_nap_ms). */
+static uint64_t hs_wait_ns(void)
+{
+	return (uint64_t)uls_cfg.fabric_wait_ms * 1000000ull;
+}
+
 /* The connection window: 512 KiB with bulk slots (eight of them in flight), 256 KiB with
  * small ones only (over rxm, whose connection the fresh machine saw reset in fabric_calls
  * big_send with 512 KiB: 64 eager messages in flight to a slow reader). */
@@ -143,6 +151,7 @@ static struct fab_conn *bind_conn(struct uls_conn *c, int fd, enum fab_hs hs)
 	f->c = c;
 	f->fd = fd;
 	f->hs = hs;
+	f->hs_since = uls_now_ns();
 	f->dq.fd = -1;
 	f->peer_sw_pos = UINT64_MAX;
 	pthread_mutex_init(&f->tx_mu, NULL);
@@ -246,7 +255,7 @@ enum uls_tp_answer fab_accept(struct uls_conn *c, int fd, char *why, size_t wlen
 	pthread_mutex_lock(&fab.mu);
 	memcpy(f->ns, reg.where.ns, sizeof(f->ns));
 	f->tuple = reg.tuple;
-	f->hs_deadline = uls_now_ns() + SERVER_WAIT_NS;
+	f->hs_deadline = uls_now_ns() + hs_wait_ns();
 	/* A server busy accepting answers the CONNECTs of its earlier connections here too. */
 	fab_progress();
 	pthread_mutex_unlock(&fab.mu);
@@ -413,7 +422,7 @@ static void on_connect(const uint8_t *p, uint32_t len)
 	}
 	/* From here the client's SWITCH must be honoured, however late (9.4). */
 	f->hs = HS_SRV_ACCEPTED;
-	f->hs_deadline = uls_now_ns() + SERVER_WAIT_NS;
+	f->hs_deadline = uls_now_ns() + hs_wait_ns();
 	fab_news(f);
 	uls_dbg("fabric: fd=%d CONNECT taken, ACCEPT sent", f->fd);
 }
@@ -522,7 +531,7 @@ static void send_connect(struct fab_conn *f)
 		return;
 	}
 	f->hs = HS_CLI_SENT;
-	f->hs_deadline = uls_now_ns() + CLIENT_WAIT_NS;
+	f->hs_deadline = uls_now_ns() + hs_wait_ns();
 	uls_dbg("fabric: fd=%d CONNECT sent", f->fd);
 }
 
