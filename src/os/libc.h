@@ -26,6 +26,7 @@ struct mmsghdr;
 
 #define ULS_LIBC_FUNCS(X)                                                                  \
 	X(int, socket, (int, int, int))                                                    \
+	X(int, socketpair, (int, int, int, int *))                                         \
 	X(int, connect, (int, const struct sockaddr *, socklen_t))                         \
 	X(int, accept, (int, struct sockaddr *, socklen_t *))                              \
 	X(int, accept4, (int, struct sockaddr *, socklen_t *, int))                        \

@@ -159,15 +159,15 @@ static int epoll_created(int epfd)
 
 ULS_EXPORT int epoll_create(int size)
 {
-	if (!uls_enter())
-		return uls_libc.epoll_create(size);
+	if (!uls_enter()) /* a library's inside ulsock: close-on-exec (preload/socket.c) */
+		return size > 0 ? uls_libc.epoll_create1(EPOLL_CLOEXEC) : uls_libc.epoll_create(size);
 	return epoll_created(uls_libc.epoll_create(size));
 }
 
 ULS_EXPORT int epoll_create1(int flags)
 {
 	if (!uls_enter())
-		return uls_libc.epoll_create1(flags);
+		return uls_libc.epoll_create1(flags | EPOLL_CLOEXEC);
 	return epoll_created(uls_libc.epoll_create1(flags));
 }
 

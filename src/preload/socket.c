@@ -34,10 +34,17 @@ static int is_tcp(int domain, int type, int protocol)
 	       (protocol == 0 || protocol == IPPROTO_TCP);
 }
 
+/*
+ * Descriptors that a library ulsock calls opens (libfabric's providers: their sockets,
+ * socket pairs and epoll sets) are close-on-exec, whatever it asked: they are ulsock's,
+ * and a program the process execs must not inherit them (os/guard.h).
+ */
+#define INSIDE_CLOEXEC SOCK_CLOEXEC
+
 ULS_EXPORT int socket(int domain, int type, int protocol)
 {
 	if (!uls_enter())
-		return uls_libc.socket(domain, type, protocol);
+		return uls_libc.socket(domain, type | INSIDE_CLOEXEC, protocol);
 	int fd = uls_libc.socket(domain, type, protocol);
 	/* The spare segment's descriptor was the one the program lacked: give it back. */
 	if (fd < 0 && errno == EMFILE && uls_transports_fd_shortage())
@@ -50,6 +57,13 @@ ULS_EXPORT int socket(int domain, int type, int protocol)
 		atomic_store(&e->kind, is_tcp(domain, type, protocol) ? ULS_FD_TCP : ULS_FD_PLAIN);
 	}
 	return fd;
+}
+
+ULS_EXPORT int socketpair(int domain, int type, int protocol, int sv[2])
+{
+	if (!uls_enter())
+		return uls_libc.socketpair(domain, type | INSIDE_CLOEXEC, protocol, sv);
+	return uls_libc.socketpair(domain, type, protocol, sv);
 }
 
 ULS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
@@ -95,7 +109,7 @@ static int do_accept(int lfd, struct sockaddr *addr, socklen_t *len, int flags, 
 	int fd, lowat;
 
 	if (!uls_enter())
-		return four ? uls_libc.accept4(lfd, addr, len, flags) : uls_libc.accept(lfd, addr, len);
+		return uls_libc.accept4(lfd, addr, len, flags | INSIDE_CLOEXEC);
 	/* An accepted socket inherits the listener's options, its SO_RCVLOWAT among them. */
 	le = uls_fd_get(lfd);
 	lowat = le ? le->rcvlowat : 0;

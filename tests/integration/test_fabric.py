@@ -409,6 +409,19 @@ def test_nat_between_hosts(uls, netns):
         assert line.peer.startswith("10.237.7.1:") and line.path == "kernel", line
 
 
+def _py_pair(hosts, server_src, server_args, client_src, client_args):
+    """Python SERVER_SRC in S (it prints READY port=N) and CLIENT_SRC in C, both under
+    ulsock, the client given the server's address and port first; returns both once the
+    client has ended."""
+    server = hosts.uls.start([sys.executable, "-c", server_src, hosts.saddr, *server_args],
+                             name="server", env=hosts.env, wrap=hosts.s.prefix,
+                             ready=r"READY port=\d+")
+    port = re.search(r"READY port=(\d+)", server.output())[1]
+    client = hosts.uls.run([sys.executable, "-c", client_src, hosts.saddr, port, *client_args],
+                           name="client", env=hosts.env, wrap=hosts.c.prefix)
+    return server, client
+
+
 EXIT_SERVER = r"""
 import hashlib, os, select, socket, sys
 how, n = sys.argv[2], int(sys.argv[3])
@@ -444,12 +457,7 @@ def test_exit_without_close(hosts, how):
     _exit (no destructors) or exit: the peer reads every byte, then a clean EOF, as on
     kernel TCP (the FIN with CLOSE goes first, and what the provider held leaves)."""
     n = 4 << 20
-    server = hosts.uls.start([sys.executable, "-c", EXIT_SERVER, hosts.saddr, how, str(n)],
-                             name="server", env=hosts.env, wrap=hosts.s.prefix,
-                             ready=r"READY port=\d+")
-    port = re.search(r"READY port=(\d+)", server.output())[1]
-    client = hosts.uls.run([sys.executable, "-c", EXIT_CLIENT, hosts.saddr, port],
-                           name="client", env=hosts.env, wrap=hosts.c.prefix)
+    server, client = _py_pair(hosts, EXIT_SERVER, [how, str(n)], EXIT_CLIENT, [])
     server.wait()
     sent = re.search(r"SENT sha=(\w+)", server.output())[1]
     assert f"GOT n={n} sha={sent}" in client.output(), client.describe()
@@ -502,12 +510,7 @@ def test_client_sleeps_after_connect(hosts, connect):
     host, has its CONNECT held back by its provider) until it wakes. The server waits
     for it (ULSOCK_FABRIC_WAIT_MS, 10 s by default), and the connection still moves to
     the fabric at both ends, every byte exact."""
-    server = hosts.uls.start([sys.executable, "-c", SLEEPY_SERVER, hosts.saddr],
-                             name="server", env=hosts.env, wrap=hosts.s.prefix,
-                             ready=r"READY port=\d+")
-    port = re.search(r"READY port=(\d+)", server.output())[1]
-    client = hosts.uls.run([sys.executable, "-c", SLEEPY_CLIENT, hosts.saddr, port, "3", connect],
-                           name="client", env=hosts.env, wrap=hosts.c.prefix)
+    server, client = _py_pair(hosts, SLEEPY_SERVER, [], SLEEPY_CLIENT, ["3", connect])
     server.wait()
     n = re.search(r"ROUND TRIPS OK n=(\d+)", client.output())
     assert n, client.describe()
@@ -516,3 +519,60 @@ def test_client_sleeps_after_connect(hosts, connect):
     expect_paths(server, "fabric", count=1)
     ttx, ftx, trx, frx = fabric_counts(client)
     assert ttx + ftx == trx + frx == int(n[1]) * 1024 and ftx > 0, (ttx, ftx, trx, frx)
+
+
+EXEC_SERVER = r"""
+import os, socket, sys
+ls = socket.socket(); ls.bind((sys.argv[1], 0)); ls.listen(1)
+print("READY port=%d" % ls.getsockname()[1], flush=True)
+c, _ = ls.accept()
+got = b""
+while len(got) < 65536:                 # on the fabric by then: libfabric's sockets open
+    b = c.recv(65536)
+    assert b, "EOF"
+    got += b
+c.set_inheritable(True)                 # the program's connection crosses the exec
+print("EXEC fd=%d" % c.fileno(), flush=True)
+os.execv(sys.executable, [sys.executable, "-c", sys.argv[2], str(c.fileno())])
+"""
+
+EXEC_CLIENT = r"""
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+s.sendall(bytes(65536))
+print(s.recv(4), flush=True)            # from the exec'd image, once it has looked
+"""
+
+EXEC_IMAGE = r"""
+import os, sys
+fds = sorted(int(n) for n in os.listdir("/proc/self/fd"))
+links = {}
+for fd in fds:
+    try:
+        links[fd] = os.readlink("/proc/self/fd/%d" % fd)
+    except OSError:
+        pass                            # listdir's own descriptor, closed by now
+print("FDS " + " ".join("%d=%s" % (fd, links[fd]) for fd in sorted(links)), flush=True)
+c = int(sys.argv[1])
+os.write(c, b"done")
+"""
+
+
+def test_exec_inherits_no_fabric_descriptors(hosts):
+    """After an exec, the new image holds the program's descriptors and nothing of
+    libfabric's (its providers open sockets, socket pairs and epoll sets without
+    close-on-exec: ulsock makes them so), and the connection it inherits, moved back to
+    TCP before the exec if it had switched, still works."""
+    server, client = _py_pair(hosts, EXEC_SERVER, [EXEC_IMAGE], EXEC_CLIENT, [])
+    server.wait()
+    assert "b'done'" in client.output(), client.describe()
+    conn = int(re.search(r"EXEC fd=(\d+)", server.output())[1])
+    fds = dict(kv.split("=", 1) for kv in
+               re.search(r"^FDS (.*)$", server.output(), re.M)[1].split())
+    # Below the library's own numbers (900 on, close-on-exec, the new image's own): the
+    # standard three and the connection.
+    mine = {int(fd): what for fd, what in fds.items() if int(fd) < 900}
+    assert sorted(mine) == sorted({0, 1, 2, conn}), fds
+    assert mine[conn].startswith("socket:"), fds
+    # The endpoint was open before the exec (at the accept, for the REG).
+    assert "fabric: provider tcp;ofi_rxm" in server.log_text(), server.describe()
