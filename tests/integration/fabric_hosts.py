@@ -12,7 +12,8 @@ PROVIDER = "tcp;ofi_rxm"
 # without an eager limit: the one where the fabric uses bulk slots (protocol.md 9.2).
 NET_PROVIDER = "net"
 FABRIC_LINE = re.compile(r"fd=\d+ fabric: sent (\d+) bytes on TCP and (\d+) on the fabric, "
-                         r"received (\d+) on TCP and (\d+) on the fabric")
+                         r"received (\d+) on TCP and (\d+) on the fabric; "
+                         r"wake-ups: (\d+) asked, (\d+) received, (\d+) sent")
 
 _subnet = [0]
 
@@ -50,6 +51,16 @@ def fabric_counts(proc):
     for m in FABRIC_LINE.finditer(proc.log_text()):
         for i in range(4):
             tot[i] += int(m[i + 1])
+    return tuple(tot)
+
+
+def wake_counts(proc):
+    """(asked, received, sent) wake-ups summed over PROC's fabric connections: SLEEPs it
+    sent, wake-up bytes it read, wake-up bytes it sent for the peer's SLEEPs (9.7)."""
+    tot = [0, 0, 0]
+    for m in FABRIC_LINE.finditer(proc.log_text()):
+        for i in range(3):
+            tot[i] += int(m[i + 5])
     return tuple(tot)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ULSOCK_BIN, expect_paths, run_net_client, start_net_server
-from fabric_hosts import NET_PROVIDER, PROVIDER, Hosts, all_ok, fabric_counts
+from fabric_hosts import NET_PROVIDER, PROVIDER, Hosts, all_ok, fabric_counts, wake_counts
 
 
 @pytest.fixture
@@ -276,6 +276,24 @@ def test_move_back_mid_stream(hosts, how):
     process, a fork whose child goes on with it while the parent closes its copy),
     mid-stream, both directions busy: not a byte lost or repeated (the client
     checks all 16 MiB it gets back), and the client's side follows (its path says so)."""
+    _move_back(hosts, how)
+
+
+@pytest.mark.parametrize("how", ["async", "fork"])
+def test_move_back_with_wakeups(uls, netns, how):
+    """The same on shm with the efficient profile: both sides sleep in every wait and are
+    woken by one TCP byte per SLEEP (protocol.md 9.7), so when the connection moves back
+    the wake-up bytes the peer sent before its REVERT sit on TCP before its data; they are
+    skipped, by the count in the REVERT, and not a byte of data is lost or taken for one."""
+    hosts = Hosts(uls, netns, provider="shm")
+    hosts.env["ULSOCK_PROFILE"] = "efficient"
+    client = _move_back(hosts, how)
+    # The wake-ups ran (the client's close line: it stayed in the process to the end).
+    assert wake_counts(client)[0] >= 1, client.describe()
+
+
+def _move_back(hosts, how):
+    """Runs test_move_back_mid_stream's exchange on HOSTS; returns the client's Proc."""
     size, after = 16 << 20, 3 << 20
     server = hosts.uls.start([sys.executable, ECHO, hosts.saddr, how, str(after)],
                              name="echo", env=hosts.env, wrap=hosts.s.prefix,
@@ -288,6 +306,7 @@ def test_move_back_mid_stream(hosts, how):
     assert FABRIC_PATH.search(client.log_text()), client.describe()
     assert "moved back to kernel TCP (the peer asked)" in client.log_text(), client.describe()
     assert "moved back to kernel TCP" in server.log_text(), server.describe()
+    return client
 
 
 def test_forking_server(hosts):

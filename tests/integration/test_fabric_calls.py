@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BUILD, PLAIN, expect_paths, run_net_client
-from fabric_hosts import FABRIC_LINE, NET_PROVIDER, PROVIDER, Hosts
+from fabric_hosts import FABRIC_LINE, NET_PROVIDER, PROVIDER, Hosts, wake_counts
 
 CASES_READY = [f"{m}_{c}" for m in ("poll", "select", "epoll")
                for c in ("later", "full", "eof_shut", "eof_close")] + [
@@ -148,6 +148,27 @@ def test_bulk_slots(uls, netns, case):
     hosts = FabricHosts(uls, netns, provider=NET_PROVIDER)
     server, client = run_pair(hosts, case)
     check_on_fabric(server, client, hosts.port)
+
+
+@pytest.mark.parametrize("case", ["poll_later", "select_later", "epoll_later", "read_later",
+                                  "epoll_oneshot", "poll_full", "epoll_et_write", "waitall",
+                                  "big_send"])
+def test_wakeups_without_wait_fd(uls, netns, case):
+    """On shm, whose completion queue has no wait descriptor, with the efficient profile
+    (no spin: every wait sleeps): a sleeper sends SLEEP and the peer answers with one byte
+    on TCP once the data or window it waits for is on its way (protocol.md 9.7), in
+    recv, send, poll, select and epoll. Every case passes, every byte on the fabric;
+    wake-up bytes never outnumber the SLEEPs they answer, and the cases where data comes
+    later asked for wake-ups."""
+    hosts = FabricHosts(uls, netns, provider="shm")
+    hosts.env["ULSOCK_PROFILE"] = "efficient"
+    server, client = run_pair(hosts, case)
+    check_on_fabric(server, client, hosts.port)
+    s, c = wake_counts(server), wake_counts(client)
+    for mine, peer in ((s, c), (c, s)):
+        assert mine[1] <= mine[0] and peer[2] <= mine[0], (s, c)
+    if case.endswith("_later"):
+        assert s[0] + c[0] >= 1, (s, c)
 
 
 # ------------------------------------------------------------- libfabric mapped or not

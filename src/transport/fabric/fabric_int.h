@@ -110,6 +110,20 @@ struct fab_conn {
 	uint64_t peer_fab_end;
 	int resend_pending;   /* the peer left: bytes from resend_from go again on TCP */
 	uint64_t resend_from; /* a position of this side's stream */
+	uint64_t peer_tcp_pos; /* the peer's REVERT: every byte it sent on TCP, wake-ups too */
+
+	/*
+	 * Wake-ups (protocol.md 9.7), where a side has no CQ wait descriptor: the sleeper
+	 * sends SLEEP, and the peer answers each with one byte on TCP, after the data or
+	 * window it waits for. Both counts only grow.
+	 */
+	int need_wake;        /* this side sleeps on TCP: it sends SLEEP (no wait fd) */
+	int peer_need_wake;   /* the peer does: this side answers its SLEEPs */
+	uint32_t sleeps;      /* SLEEPs sent */
+	uint64_t rx_wake;     /* wake-up bytes read off TCP (at most one per SLEEP) */
+	uint32_t peer_sleeps; /* the peer's SLEEPs seen */
+	uint32_t wake_want;   /* ...the last one waits for this (ULS_FAB_WANT_*), 0: answered */
+	uint64_t wakes;       /* wake-up bytes sent (one per peer SLEEP, while on the fabric) */
 };
 
 static inline struct fab_conn *fab_of(struct uls_conn *c)
@@ -202,6 +216,9 @@ void fab_violation(struct fab_conn *f, const char *what);
 /* Sends the REVERT of 9.10 for f: REQUEST|LEAVING from the side that leaves, or the
  * answer (fab.mu held). */
 int fab_send_revert(struct fab_conn *f, uint32_t flags);
+/* SLEEP n for want (9.7), and the wake-up byte that answers the peer's (fab.mu held). */
+int fab_send_sleep(struct fab_conn *f, uint32_t want, uint32_t n);
+void fab_wake_answer(struct fab_conn *f);
 /* Where this side has read the peer's stream to (TCP, then fabric). */
 uint64_t fab_rx_consumed(const struct fab_conn *f);
 
@@ -232,6 +249,9 @@ void fab_unlist(struct fab_conn *f);
 int fab_abandon(struct fab_conn *f);
 /* Advances f's handshake without blocking (no lock held); fd names the socket. */
 void fab_step(struct fab_conn *f, int fd);
+/* After the peer's REVERT: reads the wake-up bytes it sent before it (9.7, 9.10); 1 when
+ * none is left, and its TCP data comes next (fab.mu held). */
+int fab_wakes_skipped(struct fab_conn *f, int fd);
 /* A handshake-class arrival whose header passed its checks (fab.mu held). */
 void fab_hs_arrival(const struct uls_fab_hdr *h, const uint8_t *payload);
 /* The sending direction switches now if it may (tx_mu held, not fab.mu). */

@@ -90,14 +90,55 @@ static void stat_add(_Atomic uint64_t *counter, size_t n)
 }
 
 /* The TCP socket reported an end or bytes while this side reads the fabric. */
+/*
+ * Reads up to max wake-up bytes (9.7) off fd, without waiting (fab.mu held); returns how
+ * many. They answer this side's SLEEPs, one each, and carry nothing.
+ */
+static uint64_t take_wakes(struct fab_conn *f, int fd, uint64_t max)
+{
+	char b[64];
+	uint64_t took = 0;
+
+	while (took < max) {
+		size_t want = max - took < sizeof(b) ? (size_t)(max - took) : sizeof(b);
+		ssize_t n = uls_libc.recv(fd, b, want, MSG_DONTWAIT);
+		if (n <= 0)
+			break;
+		took += (uint64_t)n;
+	}
+	f->rx_wake += took;
+	return took;
+}
+
+/* The wake-up bytes the peer sent before its REVERT and this side has not read: its TCP
+ * data goes on after them (9.10; fab.mu held). */
+static uint64_t wakes_due(const struct fab_conn *f)
+{
+	if (!f->peer_rev || !f->peer_sw || f->peer_sw_pos == UINT64_MAX)
+		return 0;
+	return f->peer_tcp_pos - f->peer_sw_pos - f->rx_wake;
+}
+
+int fab_wakes_skipped(struct fab_conn *f, int fd)
+{
+	uint64_t due = wakes_due(f);
+
+	if (due)
+		due -= take_wakes(f, fd, due);
+	return due == 0;
+}
+
 static void note_tcp(struct fab_conn *f, int fd)
 {
 	char b;
-	ssize_t n = uls_libc.recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-
-	int err = n < 0 ? errno : 0;
 
 	pthread_mutex_lock(&fab.mu);
+	/* After the peer's switch, TCP brings only the answers to this side's SLEEPs. */
+	if (rx_on_fabric(f) && !f->peer_rev && f->sleeps > f->rx_wake)
+		take_wakes(f, fd, f->sleeps - f->rx_wake);
+	ssize_t n = uls_libc.recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	int err = n < 0 ? errno : 0;
+
 	if (n == 0 || (n < 0 && err != EAGAIN && err != EINTR))
 		f->tcp_end = 1;
 	if (err == ETIMEDOUT && !f->err) /* keepalive: the peer's host is gone (9.7) */
@@ -106,6 +147,27 @@ static void note_tcp(struct fab_conn *f, int fd)
 		fab_violation(f, "TCP bytes after the switch");
 	fab_news(f);
 	pthread_mutex_unlock(&fab.mu);
+}
+
+/*
+ * Before a sleep without a wait descriptor (9.7): a SLEEP to the peer, which answers with
+ * one byte on TCP once what this side waits for (want: data, space) is on its way, so
+ * that the sleep on the TCP socket ends then. Only after the peer's SWITCH (before it, a
+ * byte would be data), one SLEEP unanswered at a time, never while moving back (fab.mu
+ * held). 1 when a SLEEP is out: TCP's POLLIN ends the sleep.
+ */
+static int sleep_ask(struct fab_conn *f, uint32_t want)
+{
+	if (!f->need_wake || f->hs != HS_DONE || !f->peer_sw || f->peer_sw_pos == UINT64_MAX ||
+	    f->rev || f->peer_rev || f->tx_stop || f->err || f->fin || f->tcp_end || !want ||
+	    __atomic_load_n(&f->rx_tcp, __ATOMIC_RELAXED) < f->peer_sw_pos)
+		return 0;
+	if (f->sleeps > f->rx_wake)
+		return 1;
+	if (fab_send_sleep(f, want, f->sleeps + 1) < 0)
+		return 0;
+	f->sleeps++;
+	return 1;
 }
 
 /*
@@ -226,7 +288,23 @@ static int fab_wait(struct fab_conn *f, int fd, int rx, uint64_t deadline, struc
 	}
 	if (may)
 		p[n++] = (struct pollfd){.fd = fab.ep.wait_fd, .events = POLLIN};
-	int tcp_events = rx == WAIT_RX && !rx_on_fabric(f) ? POLLIN | POLLRDHUP : POLLRDHUP;
+	/* Without a wait descriptor, the peer's wake-up byte ends the sleep (9.7); a send
+	 * waits for the window (a free slot of its own comes by a local completion). */
+	uint32_t want = rx == WAIT_RX ? (rx_on_fabric(f) ? ULS_FAB_WANT_DATA : 0)
+		      : rx == WAIT_TX && f->peer_window <= f->tx_fab - f->tx_ret ? ULS_FAB_WANT_SPACE
+										  : 0;
+	int asked = nowake && sleep_ask(f, want);
+	if (asked) {
+		fab_progress();
+		if (atomic_load(&f->gen) != w->gen ||
+		    (rx == WAIT_TX && fab.tx_done != w->tx_done)) {
+			pthread_mutex_unlock(&fab.mu);
+			w->slice = 0;
+			return 0;
+		}
+	}
+	int tcp_events = (rx == WAIT_RX && !rx_on_fabric(f)) || asked ? POLLIN | POLLRDHUP
+								     : POLLRDHUP;
 	if (rx == WAIT_TX_TCP)
 		tcp_events = POLLOUT;
 	if (!f->tcp_end || rx == WAIT_TX_TCP)
@@ -262,9 +340,11 @@ static int fab_wait(struct fab_conn *f, int fd, int rx, uint64_t deadline, struc
 	if (r < 0)
 		return errno == EINTR ? -EINTR : 0;
 	if (!f->tcp_end && n && rx != WAIT_TX_TCP &&
-	    (p[n - 1].revents & (POLLRDHUP | POLLHUP | POLLERR)) &&
+	    (p[n - 1].revents & (POLLRDHUP | POLLHUP | POLLERR | (asked ? POLLIN : 0))) &&
 	    (rx == WAIT_TX || rx_on_fabric(f)))
 		note_tcp(f, fd);
+	if (asked && (p[n - 1].revents & POLLIN))
+		w->slice = 0; /* a wake-up: the slices start again from 1 ms */
 	return 0;
 }
 
@@ -337,6 +417,14 @@ static ssize_t tcp_pass(struct uls_conn *c, struct fab_conn *f, int fd, struct m
 	size_t limit = total - done;
 	struct iovec tmp[64];
 
+	if (f->peer_rev && f->peer_sw && f->peer_sw_pos != UINT64_MAX &&
+	    __atomic_load_n(&f->rx_tcp, __ATOMIC_RELAXED) >= f->peer_sw_pos) {
+		pthread_mutex_lock(&fab.mu);
+		int clear = fab_wakes_skipped(f, uls_conn_fd(c, fd));
+		pthread_mutex_unlock(&fab.mu);
+		if (!clear)
+			return -EAGAIN; /* the peer's data follows wake-up bytes still on their way */
+	}
 	if (f->peer_sw && !f->peer_rev && f->peer_sw_pos - f->rx_tcp < limit)
 		limit = (size_t)(f->peer_sw_pos - f->rx_tcp);
 	struct msghdr m = *msg;
@@ -755,12 +843,25 @@ static int fab_ready(struct uls_conn *c, int events)
  * (the sleeper's set holds it: transport.h, wait_fd). */
 static void fab_arm(struct uls_conn *c, int events)
 {
-	(void)events;
+	struct fab_conn *f = fab_of(c);
+
 	if (on_tcp(c))
 		return;
 	pthread_mutex_lock(&fab.mu);
-	if (fab.state > 0 && fab.pid == uls_pid())
-		fab_trywait();
+	if (fab.state > 0 && fab.pid == uls_pid()) {
+		if (fab.ep.wait_fd >= 0) {
+			fab_trywait();
+		} else {
+			/* No wait descriptor: the peer's wake-up byte makes the socket readable. */
+			fab_progress();
+			uint32_t want = 0;
+			if ((events & POLLIN) && rx_on_fabric(f) && f->rx_in == f->rx_out)
+				want |= ULS_FAB_WANT_DATA;
+			if ((events & POLLOUT) && f->tx_sw && f->peer_window <= f->tx_fab - f->tx_ret)
+				want |= ULS_FAB_WANT_SPACE;
+			sleep_ask(f, want);
+		}
+	}
 	pthread_mutex_unlock(&fab.mu);
 }
 
@@ -867,6 +968,16 @@ static int revert_locked(struct uls_conn *c, struct fab_conn *f, int fd, int tim
 	}
 	if (r == 0 && f->err)
 		r = -f->err;
+	/* The wake-up bytes the peer sent before its answer come before its TCP data. */
+	while (r == 0 && !fab_wakes_skipped(f, uls_conn_fd(c, fd))) {
+		pthread_mutex_unlock(&fab.mu);
+		struct pollfd p = {.fd = uls_conn_fd(c, fd), .events = POLLIN};
+		if (uls_now_ns() >= until)
+			r = -ETIMEDOUT;
+		else if (uls_libc.poll(&p, 1, 1) > 0 && (p.revents & (POLLHUP | POLLERR)))
+			r = -ECONNRESET;
+		pthread_mutex_lock(&fab.mu);
+	}
 	pthread_mutex_unlock(&fab.mu);
 	if (r < 0)
 		return r;
@@ -971,9 +1082,10 @@ static void fab_closing(struct uls_conn *c, int fd)
 	pthread_mutex_unlock(&fab.mu);
 	if (f->announced && uls_cfg.log_level >= ULS_LOG_INFO)
 		uls_info("fd=%d fabric: sent %llu bytes on TCP and %llu on the fabric, received %llu "
-			 "on TCP and %llu on the fabric", fd, (unsigned long long)f->tx_tcp,
-			 (unsigned long long)f->tx_fab, (unsigned long long)f->rx_tcp,
-			 (unsigned long long)f->rx_in);
+			 "on TCP and %llu on the fabric; wake-ups: %u asked, %llu received, %llu "
+			 "sent", fd, (unsigned long long)f->tx_tcp, (unsigned long long)f->tx_fab,
+			 (unsigned long long)f->rx_tcp, (unsigned long long)f->rx_in, f->sleeps,
+			 (unsigned long long)f->rx_wake, (unsigned long long)f->wakes);
 }
 
 static int fab_close(struct uls_conn *c, int fd)

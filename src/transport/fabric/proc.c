@@ -16,6 +16,7 @@
 #include <sys/random.h>
 
 #include "../../core/config.h"
+#include "../../core/fdtable.h"
 #include "../../core/log.h"
 #include "../../os/cpu.h"
 #include "../../os/guard.h"
@@ -453,7 +454,44 @@ static int conn_post(struct fab_conn *f, struct fab_op *op, uint8_t *slot, int t
 		f->tx_seq++;
 	else
 		f->rx_ret -= wnd;
+	/* A peer asleep for window or for data has it on its way: its wake-up byte. */
+	if (r == 0 && f->wake_want &&
+	    ((wnd && (f->wake_want & ULS_FAB_WANT_SPACE)) ||
+	     (type == ULS_FAB_DATA && (f->wake_want & ULS_FAB_WANT_DATA)) ||
+	     type == ULS_FAB_FIN || type == ULS_FAB_RESET))
+		fab_wake_answer(f);
 	return r;
+}
+
+/*
+ * The wake-up byte (9.7) that answers the peer's last SLEEP: one byte on TCP, whose
+ * stream after this side's switch carries nothing else, on the descriptor the
+ * connection was set up on while that still names it. Never after this side's REVERT
+ * (TCP carries data again then: the REVERT counts the bytes sent before it). A full
+ * socket keeps the answer owed (fab.mu held).
+ */
+void fab_wake_answer(struct fab_conn *f)
+{
+	static const char b;
+	/* Looked up without classifying: at a close the number is already forgotten. */
+	struct uls_fd *e = uls_fd_get(f->fd);
+
+	if (!f->wake_want || !f->tx_sw || f->rev || f->tx_stop || !e ||
+	    atomic_load(&e->kind) != ULS_FD_CONN || e->conn != f->c)
+		return;
+	if (uls_libc.send(f->fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1) {
+		f->wakes++;
+		f->wake_want = 0;
+	}
+}
+
+int fab_send_sleep(struct fab_conn *f, uint32_t want, uint32_t n)
+{
+	struct uls_fab_sleep s = {.pos = f->rx_in, .want = want, .n = n};
+	uint8_t p[ULS_FAB_SLEEP_SIZE];
+
+	uls_fab_sleep_pack(&s, p);
+	return fab_send_ctl(f, ULS_FAB_SLEEP, p, sizeof(p));
 }
 
 int fab_send_ctl(struct fab_conn *f, int type, const void *payload, size_t plen)
@@ -484,7 +522,8 @@ int fab_send_switch(struct fab_conn *f, uint64_t pos)
 
 int fab_send_fin(struct fab_conn *f, uint64_t pos, int close)
 {
-	struct uls_fab_fin fin = {.pos = pos, .flags = close ? ULS_FAB_FIN_CLOSE : 0};
+	struct uls_fab_fin fin = {.pos = pos, .sleeps = f->sleeps,
+				  .flags = close ? ULS_FAB_FIN_CLOSE : 0};
 	uint8_t p[ULS_FAB_FIN_SIZE];
 
 	uls_fab_fin_pack(&fin, p);
@@ -503,7 +542,7 @@ int fab_send_revert(struct fab_conn *f, uint32_t flags)
 	struct uls_fab_revert r = {
 		.flags = flags,
 		.fabric_end = f->tx_sw ? f->tx_sw_pos + f->tx_fab : f->tx_tcp,
-		.tcp_pos = f->tx_tcp,
+		.tcp_pos = f->tx_tcp + f->wakes,
 		.rx_consumed = fab_rx_consumed(f),
 	};
 	uint8_t p[ULS_FAB_REVERT_SIZE];
@@ -591,8 +630,13 @@ static void revert_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len)
 		   r.rx_consumed > f->tx_sw_pos + f->tx_fab) {
 		return fab_violation(f, "revert: consumed out of range");
 	}
+	/* Its TCP bytes after the switch are the wake-ups it sent, one per SLEEP at most. */
+	if (peer_fab && (r.tcp_pos < f->peer_sw_pos || r.tcp_pos - f->peer_sw_pos > f->sleeps ||
+			 r.tcp_pos - f->peer_sw_pos < f->rx_wake))
+		return fab_violation(f, "revert: TCP position");
 	f->peer_rev = 1;
 	f->peer_fab_end = peer_fab ? r.fabric_end : 0;
+	f->peer_tcp_pos = r.tcp_pos;
 	if (f->rev) {
 		f->rev_answered = 1; /* the answer, or a REQUEST crossing ours */
 	} else if (r.flags & ULS_FAB_REVERT_REQUEST) {
@@ -666,7 +710,22 @@ static void conn_arrival(struct fab_conn *f, const struct uls_fab_hdr *h, const 
 		return;
 	case ULS_FAB_REVERT:
 		return revert_arrival(f, p, h->len);
-	default: /* SLEEP: not sent by this version (no NEED_WAKE) */
+	case ULS_FAB_SLEEP: {
+		struct uls_fab_sleep s;
+		if (uls_fab_sleep_parse(&s, p, h->len) < 0 || !f->peer_need_wake || !f->tx_sw ||
+		    s.n != f->peer_sleeps + 1 || s.pos > f->tx_fab)
+			return fab_violation(f, "SLEEP");
+		f->peer_sleeps = s.n;
+		f->wake_want = s.want;
+		/* What it waits for may be on its way already: data past its position, a FIN;
+		 * window this side owes goes back now, and the answer rides on it. */
+		if ((s.want & ULS_FAB_WANT_DATA) && (s.pos < f->tx_fab || f->fin_sent))
+			fab_wake_answer(f);
+		else if ((s.want & ULS_FAB_WANT_SPACE) && f->rx_out > f->rx_ret)
+			fab_send_credit(f);
+		return;
+	}
+	default:
 		return fab_violation(f, uls_fab_type_name(h->type));
 	}
 }

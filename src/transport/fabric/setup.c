@@ -298,7 +298,8 @@ static int send_hello(struct fab_conn *f, int type)
 {
 	struct uls_fab_connect m = {
 		.version = ULS_FAB_PROTO_VERSION,
-		.flags = fab_key_len ? ULS_FAB_CF_MAC : 0,
+		.flags = (fab_key_len ? ULS_FAB_CF_MAC : 0) |
+			 (fab.ep.wait_fd < 0 ? ULS_FAB_CF_NEED_WAKE : 0),
 		.slot_size = fab_slot_size(),
 		.conn_window = f->rx_window,
 		.tag = f->tag,
@@ -392,8 +393,6 @@ static void on_connect(const uint8_t *p, uint32_t len)
 		reason = ULS_FAB_R_MAC;
 	else if (parsed < 0)
 		reason = uls_fab_connect_check(&m);
-	else if (m.flags & ULS_FAB_CF_NEED_WAKE) /* this version has no wake-up bytes */
-		reason = ULS_FAB_R_PARAMS;
 	else if (rx_setup(f) < 0)
 		reason = ULS_FAB_R_RESOURCES;
 	else
@@ -407,6 +406,8 @@ static void on_connect(const uint8_t *p, uint32_t len)
 	f->peer_tag = m.tag;
 	f->peer_slot = m.slot_size;
 	f->peer_window = m.conn_window;
+	f->need_wake = fab.ep.wait_fd < 0;
+	f->peer_need_wake = (m.flags & ULS_FAB_CF_NEED_WAKE) != 0;
 	if (!(f->txbuf = malloc(f->peer_window))) {
 		send_short(from, ULS_FAB_DECLINE, m.tag, ULS_FAB_R_RESOURCES, m.nc);
 		hs_declined(f, ULS_FAB_R_RESOURCES);
@@ -445,8 +446,7 @@ static void on_accept(uint64_t tag, const uint8_t *p, uint32_t len)
 		      fab_peer_addr(m.addr, m.addr_len, &from) < 0 || from != f->peer ||
 		      !(m.flags & ULS_FAB_CF_MAC) != !fab_key_len ||
 		      (fab_key_len &&
-		       !uls_fab_accept_mac_ok(fab_key, fab_key_len, p, f->connect_mac)) ||
-		      (m.flags & ULS_FAB_CF_NEED_WAKE);
+		       !uls_fab_accept_mac_ok(fab_key, fab_key_len, p, f->connect_mac));
 	}
 	if (!bad && !(f->txbuf = malloc(m.conn_window)))
 		bad = 1;
@@ -458,6 +458,8 @@ static void on_accept(uint64_t tag, const uint8_t *p, uint32_t len)
 	f->peer_tag = m.tag;
 	f->peer_slot = m.slot_size;
 	f->peer_window = m.conn_window;
+	f->need_wake = fab.ep.wait_fd < 0;
+	f->peer_need_wake = (m.flags & ULS_FAB_CF_NEED_WAKE) != 0;
 	f->hs = HS_CLI_ACCEPTED;
 	fab_news(f);
 	uls_dbg("fabric: fd=%d ACCEPT taken", f->fd);
@@ -641,7 +643,8 @@ static void peer_left(struct fab_conn *f, int fd)
 	pthread_mutex_lock(&fab.mu);
 	int done = !f->resend_pending && !f->rev &&
 		   (!f->peer_sw || f->peer_sw_pos == UINT64_MAX ||
-		    f->peer_sw_pos + f->rx_out >= f->peer_fab_end);
+		    f->peer_sw_pos + f->rx_out >= f->peer_fab_end) &&
+		   fab_wakes_skipped(f, uls_conn_fd(f->c, fd));
 	pthread_mutex_unlock(&fab.mu);
 	if (done)
 		uls_conn_set_kernel(f->c, fd, "moved back to kernel TCP (the peer asked)");
