@@ -288,11 +288,12 @@ static int fab_wait(struct fab_conn *f, int fd, int rx, uint64_t deadline, struc
 	}
 	if (may)
 		p[n++] = (struct pollfd){.fd = fab.ep.wait_fd, .events = POLLIN};
-	/* Without a wait descriptor, the peer's wake-up byte ends the sleep (9.7); a send
-	 * waits for the window (a free slot of its own comes by a local completion). */
+	/* Without a wait descriptor, the peer's wake-up byte ends the sleep (9.7): a
+	 * receive waits for data, a send for window or a send slot (which the provider may
+	 * free only once the peer took the message). */
 	uint32_t want = rx == WAIT_RX ? (rx_on_fabric(f) ? ULS_FAB_WANT_DATA : 0)
-		      : rx == WAIT_TX && f->peer_window <= f->tx_fab - f->tx_ret ? ULS_FAB_WANT_SPACE
-										  : 0;
+		      : rx == WAIT_TX && f->tx_sw ? ULS_FAB_WANT_SPACE
+						  : 0;
 	int asked = nowake && sleep_ask(f, want);
 	if (asked) {
 		fab_progress();
@@ -857,7 +858,8 @@ static void fab_arm(struct uls_conn *c, int events)
 			uint32_t want = 0;
 			if ((events & POLLIN) && rx_on_fabric(f) && f->rx_in == f->rx_out)
 				want |= ULS_FAB_WANT_DATA;
-			if ((events & POLLOUT) && f->tx_sw && f->peer_window <= f->tx_fab - f->tx_ret)
+			if ((events & POLLOUT) && f->tx_sw &&
+			    (f->peer_window <= f->tx_fab - f->tx_ret || !fab_tx_room(f)))
 				want |= ULS_FAB_WANT_SPACE;
 			sleep_ask(f, want);
 		}

@@ -675,6 +675,10 @@ static void conn_arrival(struct fab_conn *f, const struct uls_fab_hdr *h, const 
 		memcpy(f->rxbuf + at, p, first);
 		memcpy(f->rxbuf, p + first, h->len - first);
 		f->rx_in += h->len;
+		/* A peer asleep for space may wait for a send slot, which its provider frees
+		 * when this side has taken the message (shm's long ones): its wake-up. */
+		if (f->wake_want & ULS_FAB_WANT_SPACE)
+			fab_wake_answer(f);
 		return;
 	}
 	case ULS_FAB_CREDIT:

@@ -680,8 +680,11 @@ void fab_step(struct fab_conn *f, int fd)
 		return;
 	f->announced = 1;
 	uls_conn_log_path(f->c, fd);
-	/* The client switches its direction at once where no send is under way. */
-	if (f->c->role == ULS_CLIENT && pthread_mutex_trylock(&f->tx_mu) == 0) {
+	/* The client switches its direction at once where no send is under way; so does a
+	 * server whose peer sleeps on wake-up bytes (9.7), which it may ask for only once
+	 * this side's stream is on the fabric (a server that only reads never sends). */
+	if ((f->c->role == ULS_CLIENT || f->peer_need_wake) &&
+	    pthread_mutex_trylock(&f->tx_mu) == 0) {
 		fab_maybe_switch(f);
 		pthread_mutex_unlock(&f->tx_mu);
 	}
