@@ -89,7 +89,6 @@ static void stat_add(_Atomic uint64_t *counter, size_t n)
 		atomic_fetch_add_explicit(counter, n, memory_order_relaxed);
 }
 
-/* The TCP socket reported an end or bytes while this side reads the fabric. */
 /*
  * Reads up to max wake-up bytes (9.7) off fd, without waiting (fab.mu held); returns how
  * many. They answer this side's SLEEPs, one each, and carry nothing.
@@ -128,6 +127,7 @@ int fab_wakes_skipped(struct fab_conn *f, int fd)
 	return due == 0;
 }
 
+/* The TCP socket reported an end or bytes while this side reads the fabric. */
 static void note_tcp(struct fab_conn *f, int fd)
 {
 	char b;
@@ -970,14 +970,17 @@ static int revert_locked(struct uls_conn *c, struct fab_conn *f, int fd, int tim
 	}
 	if (r == 0 && f->err)
 		r = -f->err;
-	/* The wake-up bytes the peer sent before its answer come before its TCP data. */
-	while (r == 0 && !fab_wakes_skipped(f, uls_conn_fd(c, fd))) {
+	/* The wake-up bytes the peer sent before its answer come before its TCP data: an
+	 * end or error of TCP before they all came is a reset. */
+	for (int ended = 0; r == 0 && !fab_wakes_skipped(f, uls_conn_fd(c, fd));) {
 		pthread_mutex_unlock(&fab.mu);
-		struct pollfd p = {.fd = uls_conn_fd(c, fd), .events = POLLIN};
-		if (uls_now_ns() >= until)
-			r = -ETIMEDOUT;
-		else if (uls_libc.poll(&p, 1, 1) > 0 && (p.revents & (POLLHUP | POLLERR)))
+		struct pollfd p = {.fd = uls_conn_fd(c, fd), .events = POLLIN | POLLRDHUP};
+		if (ended)
 			r = -ECONNRESET;
+		else if (uls_now_ns() >= until)
+			r = -ETIMEDOUT;
+		else if (uls_libc.poll(&p, 1, 1) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+			ended = 1; /* what came before the end is read first */
 		pthread_mutex_lock(&fab.mu);
 	}
 	pthread_mutex_unlock(&fab.mu);
