@@ -293,13 +293,25 @@ static void hs_declined(struct fab_conn *f, uint32_t reason)
 		hs_fail(f, "fabric: declined (%s)", uls_fab_reason_name(reason));
 }
 
+/*
+ * Does this side sleep on wake-up bytes (9.7, NEED_WAKE)? Where the CQ has no wait
+ * descriptor, on shm, where they are tested. udp;ofi_rxd keeps the 1..64 ms slices: a
+ * writer blocked on a full window stalls there now and then, with or without SLEEP
+ * (fabric_calls poll_full with the efficient profile: the data stops after the first
+ * bulk message for 10 s), and SLEEP did not make it rarer.
+ */
+static int wakes_here(void)
+{
+	return fab.ep.wait_fd < 0 && strcmp(fab.ep.prov, "shm") == 0;
+}
+
 /* Sends CONNECT (tag 0) or ACCEPT (the client's tag) for f, with its MAC under a key. */
 static int send_hello(struct fab_conn *f, int type)
 {
 	struct uls_fab_connect m = {
 		.version = ULS_FAB_PROTO_VERSION,
 		.flags = (fab_key_len ? ULS_FAB_CF_MAC : 0) |
-			 (fab.ep.wait_fd < 0 ? ULS_FAB_CF_NEED_WAKE : 0),
+			 (wakes_here() ? ULS_FAB_CF_NEED_WAKE : 0),
 		.slot_size = fab_slot_size(),
 		.conn_window = f->rx_window,
 		.tag = f->tag,
@@ -406,7 +418,7 @@ static void on_connect(const uint8_t *p, uint32_t len)
 	f->peer_tag = m.tag;
 	f->peer_slot = m.slot_size;
 	f->peer_window = m.conn_window;
-	f->need_wake = fab.ep.wait_fd < 0;
+	f->need_wake = wakes_here();
 	f->peer_need_wake = (m.flags & ULS_FAB_CF_NEED_WAKE) != 0;
 	if (!(f->txbuf = malloc(f->peer_window))) {
 		send_short(from, ULS_FAB_DECLINE, m.tag, ULS_FAB_R_RESOURCES, m.nc);
@@ -458,7 +470,7 @@ static void on_accept(uint64_t tag, const uint8_t *p, uint32_t len)
 	f->peer_tag = m.tag;
 	f->peer_slot = m.slot_size;
 	f->peer_window = m.conn_window;
-	f->need_wake = fab.ep.wait_fd < 0;
+	f->need_wake = wakes_here();
 	f->peer_need_wake = (m.flags & ULS_FAB_CF_NEED_WAKE) != 0;
 	f->hs = HS_CLI_ACCEPTED;
 	fab_news(f);
