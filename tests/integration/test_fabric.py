@@ -382,9 +382,10 @@ def test_stat_shows_fabric(hosts):
 @pytest.mark.parametrize("provider", ["shm", "udp;ofi_rxd"])
 def test_provider_without_wait_fd(uls, netns, provider):
     """Providers whose completion queue has no wait descriptor (shm, udp;ofi_rxd): a
-    sleeper looks again after 1, 2, 4 .. 64 ms (protocol.md 9.13), so a server that
-    sleeps a second in its first recv, before the client talks, still gets every byte on
-    time; both ends on the fabric, byte-exact, with random sizes of up to 64 KiB."""
+    sleeper is woken by the peer's wake-up byte (shm) or looks again after 1, 2, 4 .. 64
+    ms (udp;ofi_rxd; protocol.md 9.7, 9.13), so a server that sleeps a second in its
+    first recv, before the client talks, still gets every byte; both ends on the fabric,
+    byte-exact, with random sizes of up to 64 KiB."""
     hosts = Hosts(uls, netns, provider=provider)
     server, port = hosts.server("--mode", "echo", "--max-conns", "2")
     client = hosts.client(port, "--mode", "echo", "--conns", "2", "--bytes", "2M",
