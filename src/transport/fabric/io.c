@@ -236,6 +236,13 @@ static void call_wait_end(struct call_wait *w, int fd)
 enum { WAIT_TX, WAIT_RX, WAIT_TX_TCP }; /* what a wait is for: fabric sends, receives, TCP
 					 * sends before the switch */
 
+/* Has what the wait w is for (rx) come since it began: an arrival for f, or a completed
+ * send when it waits to send? (fab.mu held) */
+static int wait_news(const struct fab_conn *f, int rx, const struct call_wait *w)
+{
+	return atomic_load(&f->gen) != w->gen || (rx == WAIT_TX && fab.tx_done != w->tx_done);
+}
+
 static int fab_wait(struct fab_conn *f, int fd, int rx, uint64_t deadline, struct call_wait *w)
 {
 	struct pollfd p[2];
@@ -249,8 +256,7 @@ static int fab_wait(struct fab_conn *f, int fd, int rx, uint64_t deadline, struc
 		while (uls_spin_more(&w->spin)) {
 			pthread_mutex_lock(&fab.mu);
 			fab_progress();
-			int moved = atomic_load(&f->gen) != w->gen ||
-				    (rx == WAIT_TX && fab.tx_done != w->tx_done);
+			int moved = wait_news(f, rx, w);
 			pthread_mutex_unlock(&fab.mu);
 			if (moved) {
 				w->slice = 0;
@@ -280,30 +286,25 @@ static int fab_wait(struct fab_conn *f, int fd, int rx, uint64_t deadline, struc
 	int open = fab.state > 0 && fab.pid == uls_pid();
 	int nowake = open && fab.ep.wait_fd < 0; /* no wait descriptor: sleeps in slices */
 	may = open && !nowake && fab_trywait();
-	/* Progress here, or in the trywait, may have brought what the caller waits for. */
-	if (atomic_load(&f->gen) != w->gen || (rx == WAIT_TX && fab.tx_done != w->tx_done)) {
+	/* Without a wait descriptor, the peer's wake-up byte ends the sleep (9.7): a
+	 * receive waits for data, a send for window or a send slot (which the provider may
+	 * free only once the peer took the message); completions are read once more after
+	 * the SLEEP. */
+	uint32_t want = rx == WAIT_RX ? (rx_on_fabric(f) ? ULS_FAB_WANT_DATA : 0)
+		      : rx == WAIT_TX && f->tx_sw ? ULS_FAB_WANT_SPACE
+						  : 0;
+	int asked = 0;
+	if (nowake && !wait_news(f, rx, w) && (asked = sleep_ask(f, want)))
+		fab_progress();
+	/* Progress here, in the trywait or after the SLEEP may have brought what the caller
+	 * waits for. */
+	if (wait_news(f, rx, w)) {
 		pthread_mutex_unlock(&fab.mu);
 		w->slice = 0;
 		return 0;
 	}
 	if (may)
 		p[n++] = (struct pollfd){.fd = fab.ep.wait_fd, .events = POLLIN};
-	/* Without a wait descriptor, the peer's wake-up byte ends the sleep (9.7): a
-	 * receive waits for data, a send for window or a send slot (which the provider may
-	 * free only once the peer took the message). */
-	uint32_t want = rx == WAIT_RX ? (rx_on_fabric(f) ? ULS_FAB_WANT_DATA : 0)
-		      : rx == WAIT_TX && f->tx_sw ? ULS_FAB_WANT_SPACE
-						  : 0;
-	int asked = nowake && sleep_ask(f, want);
-	if (asked) {
-		fab_progress();
-		if (atomic_load(&f->gen) != w->gen ||
-		    (rx == WAIT_TX && fab.tx_done != w->tx_done)) {
-			pthread_mutex_unlock(&fab.mu);
-			w->slice = 0;
-			return 0;
-		}
-	}
 	int tcp_events = (rx == WAIT_RX && !rx_on_fabric(f)) || asked ? POLLIN | POLLRDHUP
 								     : POLLRDHUP;
 	if (rx == WAIT_TX_TCP)
