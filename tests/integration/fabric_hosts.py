@@ -13,7 +13,8 @@ PROVIDER = "tcp;ofi_rxm"
 NET_PROVIDER = "net"
 FABRIC_LINE = re.compile(r"fd=\d+ fabric: sent (\d+) bytes on TCP and (\d+) on the fabric, "
                          r"received (\d+) on TCP and (\d+) on the fabric; "
-                         r"wake-ups: (\d+) asked, (\d+) received, (\d+) sent")
+                         r"wake-ups: (\d+) asked, (\d+) received, (\d+) sent; "
+                         r"offers read: (\d+) bytes")
 
 _subnet = [0]
 
@@ -62,6 +63,12 @@ def wake_counts(proc):
         for i in range(3):
             tot[i] += int(m[i + 5])
     return tuple(tot)
+
+
+def offers_read(proc):
+    """Bytes PROC read from its peers' memory, over its fabric connections (protocol.md
+    9.6, AVAIL)."""
+    return sum(int(m[8]) for m in FABRIC_LINE.finditer(proc.log_text()))
 
 
 def all_ok(server, conns):

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ULSOCK_BIN, expect_paths, run_net_client, start_net_server
-from fabric_hosts import NET_PROVIDER, PROVIDER, Hosts, all_ok, fabric_counts, wake_counts
+from fabric_hosts import (NET_PROVIDER, PROVIDER, Hosts, all_ok, fabric_counts, offers_read,
+                          wake_counts)
 
 
 @pytest.fixture
@@ -25,23 +26,26 @@ def hosts(uls, netns):
     return Hosts(uls, netns)
 
 
-@pytest.mark.parametrize("provider", [PROVIDER, NET_PROVIDER])
+@pytest.mark.parametrize("provider", [PROVIDER, NET_PROVIDER, "shm"])
 @pytest.mark.parametrize("mode,io", [("echo", "block"), ("echo", "nonblock"), ("duplex", "mix"),
                                      ("source", "mix"), ("sink", "block")])
 def test_integrity(uls, netns, provider, mode, io):
-    """Random write and read sizes (1 byte to 64 KiB), both directions: every byte
-    verified, every connection on the fabric at both ends, and the bulk of the bytes
-    carried by it.  The client holds its connections and waits in poll() 2 s before it
-    talks (a source server talks at once, on TCP until it switches), so that each
+    """Random write and read sizes (1 byte to 64 KiB; to 4 MiB on shm), both directions:
+    every byte verified, every connection on the fabric at both ends, and the bulk of the
+    bytes carried by it.  The client holds its connections and waits in poll() 2 s before
+    it talks (a source server talks at once, on TCP until it switches), so that each
     handshake ends before its connection does.  With the net provider, DATA longer than
-    8 KiB goes in bulk slots (protocol.md 9.2)."""
+    8 KiB goes in bulk slots (protocol.md 9.2); on shm, sends of 16 KiB and more are
+    offered and read from the sender's memory (9.6, AVAIL), into the reader's buffer or,
+    for a short read, through its receive buffer."""
     hosts = Hosts(uls, netns, provider=provider)
     conns, size = 4, 3 << 20
+    max_io = str(4 << 20 if provider == "shm" else 65536)
     server, port = hosts.server("--mode", mode, "--max-conns", str(conns), "--nonblock",
                                 "--io", io, "--bytes", str(size), "--min-io", "1",
-                                "--max-io", "65536")
+                                "--max-io", max_io)
     client = hosts.client(port, "--mode", mode, "--conns", str(conns), "--concurrency", "2",
-                          "--bytes", str(size), "--io", io, "--min-io", "1", "--max-io", "65536",
+                          "--bytes", str(size), "--io", io, "--min-io", "1", "--max-io", max_io,
                           "--hold", "--settle", "2000")
     server.wait()
     all_ok(server, conns)
@@ -55,6 +59,9 @@ def test_integrity(uls, netns, provider, mode, io):
     assert sent <= ttx + ftx <= sent + conns * 256, (ttx, ftx, trx, frx)
     assert got <= trx + frx <= got + conns * 256, (ttx, ftx, trx, frx)
     assert ftx + frx > (sent + got) // 2, (ttx, ftx, trx, frx)
+    if provider == "shm":
+        read = offers_read(client) + offers_read(server)
+        assert read > (sent + got) // 4, (read, sent, got)
 
 
 def test_switch_mid_stream(hosts):
@@ -279,6 +286,17 @@ def test_move_back_mid_stream(hosts, how):
     _move_back(hosts, how)
 
 
+@pytest.mark.parametrize("how", ["async", "exec", "scm", "fork"])
+def test_move_back_with_offers(uls, netns, how):
+    """The same on shm, where long sends are offers the reader reads from the sender's
+    memory (protocol.md 9.6, AVAIL): a side that leaves has the peer's offers copied before
+    its REVERT is answered, and one whose peer leaves gets its unread bytes again on TCP
+    from its txbuf: not a byte lost or repeated."""
+    hosts = Hosts(uls, netns, provider="shm")
+    client = _move_back(hosts, how)
+    assert offers_read(client) > 0, client.describe()
+
+
 @pytest.mark.parametrize("how", ["async", "fork"])
 def test_move_back_with_wakeups(uls, netns, how):
     """The same on shm with the efficient profile: both sides sleep in every wait and are
@@ -288,8 +306,10 @@ def test_move_back_with_wakeups(uls, netns, how):
     hosts = Hosts(uls, netns, provider="shm")
     hosts.env["ULSOCK_PROFILE"] = "efficient"
     client = _move_back(hosts, how)
-    # The wake-ups ran (the client's close line: it stayed in the process to the end).
-    assert wake_counts(client)[0] >= 1, client.describe()
+    # The wake-ups ran (the client's close line: it stayed in the process to the end),
+    # asked by it or by the server, which it answered.
+    asked, _, sent = wake_counts(client)
+    assert asked + sent >= 1, client.describe()
 
 
 def _move_back(hosts, how):
@@ -454,6 +474,8 @@ c.sendall(data)
 print("SENT sha=%s" % hashlib.sha256(data).hexdigest(), flush=True)
 if how == "_exit":
     os._exit(0)                         # no close, no destructors: _exit's last words
+if how == "close":
+    c.close()                           # the close's FIN, and its wait for the peer
 sys.exit(0)                             # no close: exit's (the library's destructor)
 """
 
@@ -471,11 +493,15 @@ print("GOT n=%d sha=%s" % (got, h.hexdigest()), flush=True)
 """
 
 
-@pytest.mark.parametrize("how", ["_exit", "exit"])
-def test_exit_without_close(hosts, how):
+@pytest.mark.parametrize("provider", [PROVIDER, "shm"])
+@pytest.mark.parametrize("how", ["_exit", "exit", "close"])
+def test_exit_without_close(uls, netns, provider, how):
     """A process that sends 4 MiB on the fabric and ends without closing the socket, by
-    _exit (no destructors) or exit: the peer reads every byte, then a clean EOF, as on
-    kernel TCP (the FIN with CLOSE goes first, and what the provider held leaves)."""
+    _exit (no destructors) or exit, or closes it and exits: the peer reads every byte,
+    then a clean EOF, as on kernel TCP (the FIN with CLOSE goes first, and what the
+    provider held leaves). On shm the bytes are offers in the sender's memory (9.6): the
+    peer copies them when the FIN comes, before the sender's exit takes its memory."""
+    hosts = Hosts(uls, netns, provider=provider)
     n = 4 << 20
     server, client = _py_pair(hosts, EXIT_SERVER, [how, str(n)], EXIT_CLIENT, [])
     server.wait()

@@ -85,11 +85,11 @@ static int hdr(uint8_t type, uint32_t len, uint64_t tag, uint16_t pcredits, uint
 static void header_rules(void)
 {
 	const int HS = ULS_FAB_CLASS_HANDSHAKE, CO = ULS_FAB_CLASS_CONN, BOTH = HS | CO;
-	static const uint8_t unknown[] = { 0x00, 0x06, 0x07, 0x0f, 0x17, 0x20, 0x80, 0xff };
+	static const uint8_t unknown[] = { 0x00, 0x06, 0x07, 0x0f, 0x19, 0x20, 0x80, 0xff };
 	static const uint8_t types[] = {
 		ULS_FAB_CONNECT, ULS_FAB_ACCEPT, ULS_FAB_DECLINE, ULS_FAB_ABORT, ULS_FAB_TAKEOVER,
 		ULS_FAB_CREDIT, ULS_FAB_SWITCH, ULS_FAB_FIN, ULS_FAB_SLEEP, ULS_FAB_REVERT,
-		ULS_FAB_RESET,
+		ULS_FAB_RESET, ULS_FAB_AVAIL, ULS_FAB_TAKEN,
 	};
 
 	for (size_t i = 0; i < sizeof(unknown); i++) {
@@ -186,6 +186,8 @@ static void types_and_reasons(void)
 		{ 0x14, "SLEEP", ULS_FAB_CLASS_CONN, 16 },
 		{ 0x15, "REVERT", ULS_FAB_CLASS_CONN | ULS_FAB_CLASS_HANDSHAKE, 32 },
 		{ 0x16, "RESET", ULS_FAB_CLASS_CONN, 8 },
+		{ 0x17, "AVAIL", ULS_FAB_CLASS_CONN, 40 },
+		{ 0x18, "TAKEN", ULS_FAB_CLASS_CONN, 8 },
 	};
 	static const char *const reasons[] = {
 		"TUPLE", "NONCE", "KEY", "MAC", "VERSION",
@@ -201,8 +203,8 @@ static void types_and_reasons(void)
 	}
 	for (int v = 0; v < 256; v++)
 		known += uls_fab_type_class((uint8_t)v) != 0;
-	CHECK_EQ(known, 12);
-	CHECK(strcmp(uls_fab_type_name(0x17), "unknown") == 0);
+	CHECK_EQ(known, 14);
+	CHECK(strcmp(uls_fab_type_name(0x19), "unknown") == 0);
 	for (uint32_t r = 1; r <= 9; r++) {
 		check_context("reason %u", r);
 		CHECK(strcmp(uls_fab_reason_name(r), reasons[r - 1]) == 0);
@@ -328,7 +330,8 @@ static void connect_ranges(void)
 	CONNECT_IS(flags, 0, 0);
 	CONNECT_IS(flags, ULS_FAB_CF_MAC, 0);
 	CONNECT_IS(flags, ULS_FAB_CF_NEED_WAKE, 0);
-	for (int bit = 2; bit < 16; bit++)
+	CONNECT_IS(flags, ULS_FAB_CF_READS | ULS_FAB_CF_NEED_WAKE, 0);
+	for (int bit = 3; bit < 16; bit++)
 		CONNECT_IS(flags, 1u << bit | ULS_FAB_CF_MAC, P);
 	for (uint32_t s = 2048; s <= 65536; s *= 2)
 		CONNECT_IS(slot_size, s, 0);
@@ -425,6 +428,16 @@ static int parse_sleep(void *o, const void *b, size_t l)
 static int parse_reset(void *o, const void *b, size_t l)
 {
 	return uls_fab_reset_parse(o, b, l);
+}
+
+static int parse_avail(void *o, const void *b, size_t l)
+{
+	return uls_fab_avail_parse(o, b, l);
+}
+
+static int parse_taken(void *o, const void *b, size_t l)
+{
+	return uls_fab_taken_parse(o, b, l);
 }
 
 static int parse_decline(void *o, const void *b, size_t l)
@@ -858,6 +871,58 @@ static void session_and_takeover(void)
 	}
 }
 
+/* AVAIL and TAKEN (9.6): exact layout, lengths, the rules (len and guard non-zero,
+ * reserved 0), and the round trip. */
+static void offers_layout(void)
+{
+	struct uls_fab_avail a = {.len = 0x10000, .addr = 0x7f0011223344ull, .key = 0x0102030405060708ull,
+				  .guard_addr = 0x7f0011233344ull, .guard = 0xa5a5a5a55a5a5a5aull}, a2;
+	struct uls_fab_taken t = {.pos = 0x1122334455667788ull}, t2;
+	uint8_t p[ULS_FAB_AVAIL_SIZE], q[ULS_FAB_AVAIL_SIZE];
+	static const uint8_t a_bytes[40] = {
+		0, 0, 1, 0, 0, 0, 0, 0,
+		0x44, 0x33, 0x22, 0x11, 0x00, 0x7f, 0, 0,
+		8, 7, 6, 5, 4, 3, 2, 1,
+		0x44, 0x33, 0x23, 0x11, 0x00, 0x7f, 0, 0,
+		0x5a, 0x5a, 0x5a, 0x5a, 0xa5, 0xa5, 0xa5, 0xa5,
+	};
+
+	check_context("AVAIL");
+	uls_fab_avail_pack(&a, p);
+	CHECK_MEM(p, a_bytes, 40);
+	lengths_exact(parse_avail, &a2, p, 40);
+	CHECK_U64(a2.len, ==, a.len);
+	CHECK_U64(a2.addr, ==, a.addr);
+	CHECK_U64(a2.key, ==, a.key);
+	CHECK_U64(a2.guard_addr, ==, a.guard_addr);
+	CHECK_U64(a2.guard, ==, a.guard);
+	uls_fab_avail_pack(&a2, q);
+	CHECK_MEM(q, p, 40);
+	for (int i = 4; i < 8; i++)
+		poke(parse_avail, &a2, p, 40, (size_t)i, 1, -EPROTO); /* reserved */
+	a.len = 0;
+	uls_fab_avail_pack(&a, q);
+	CHECK_EQ(uls_fab_avail_parse(&a2, q, 40), -EPROTO);
+	a.len = 1;
+	a.guard = 0;
+	uls_fab_avail_pack(&a, q);
+	CHECK_EQ(uls_fab_avail_parse(&a2, q, 40), -EPROTO);
+	a.guard = 1;
+	a.len = 0xffffffffu;
+	uls_fab_avail_pack(&a, q);
+	CHECK_EQ(uls_fab_avail_parse(&a2, q, 40), 0); /* the window check is the receiver's */
+
+	check_context("TAKEN");
+	uls_fab_taken_pack(&t, p);
+	static const uint8_t t_bytes[8] = { 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11 };
+	CHECK_MEM(p, t_bytes, 8);
+	lengths_exact(parse_taken, &t2, p, 8);
+	CHECK_U64(t2.pos, ==, t.pos);
+	CHECK_EQ(hdr(ULS_FAB_AVAIL, ULS_FAB_AVAIL_SIZE, 9, 0, 0, ULS_FAB_CLASS_CONN, 8192), 0);
+	CHECK_EQ(hdr(ULS_FAB_AVAIL, ULS_FAB_AVAIL_SIZE, 9, 0, 0, ULS_FAB_CLASS_HANDSHAKE, 8192),
+		 -EPROTO);
+}
+
 int main(void)
 {
 	header_layout();
@@ -866,6 +931,7 @@ int main(void)
 	connect_layout();
 	connect_ranges();
 	small_payloads();
+	offers_layout();
 	revert_and_takeover();
 	random_round_trips();
 	connect_macs();

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../../os/guard.h"
 #include "../../os/libc.h"
@@ -61,6 +62,61 @@ static int open_cq(struct uls_fab_ep *e)
 	return fi_cq_open(e->domain, &attr, &e->cq, NULL);
 }
 
+/*
+ * shm reads in the caller's call through cross-memory attach, which the kernel allows
+ * toward a process of the same user unless Yama restricts ptrace (scope 1 and up: only
+ * descendants, or with CAP_SYS_PTRACE); otherwise its reads wait for the peer's own
+ * progress. So: Yama absent or at 0, or root at 1.
+ */
+static int peers_readable(void)
+{
+	char b[8] = "";
+	int fd = open("/proc/sys/kernel/yama/ptrace_scope", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return 1;
+	ssize_t n = uls_libc.read(fd, b, sizeof(b) - 1);
+	uls_libc.close(fd);
+	return n > 0 && (b[0] == '0' || (b[0] == '1' && geteuid() == 0));
+}
+
+/*
+ * Providers on which the transport reads a peer's memory (protocol.md 9.6, AVAIL): shm,
+ * whose read is one process_vm_readv made in the reader's own call, with no work asked
+ * of the peer's program. Elsewhere a read waits for the peer's progress, or a reader's
+ * buffer needs a registration of its own: not built, and not measured.
+ */
+static int reads_on(const struct fi_info *info)
+{
+	return strcmp(info->fabric_attr->prov_name, "shm") == 0 && peers_readable();
+}
+
+/* The provider chosen, asked again with reads (the same provider, or nothing changes):
+ * taken when it grants them without registrations of local buffers. */
+static void ask_reads(struct uls_fab_ep *e, const char *node)
+{
+	struct fi_info *h = uls_fab.dupinfo(e->info), *got = NULL;
+
+	if (!h)
+		return;
+	h->caps = FI_TAGGED | FI_RMA | FI_READ | FI_REMOTE_READ;
+	h->mode = FI_CONTEXT;
+	h->domain_attr->mr_mode = FI_MR_ENDPOINT | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
+				  FI_MR_PROV_KEY;
+	if (uls_fab.getinfo(ULS_FAB_VERSION, node, NULL, node ? FI_SOURCE : 0, h, &got) == 0 &&
+	    got && strcmp(got->fabric_attr->prov_name, e->info->fabric_attr->prov_name) == 0 &&
+	    (got->caps & (FI_RMA | FI_READ | FI_REMOTE_READ)) == (FI_RMA | FI_READ | FI_REMOTE_READ) &&
+	    !(got->domain_attr->mr_mode & FI_MR_LOCAL)) {
+		uls_fab.freeinfo(e->info);
+		e->info = got;
+		got = NULL;
+		e->reads = 1;
+	}
+	if (got)
+		uls_fab.freeinfo(got);
+	uls_fab.freeinfo(h);
+}
+
 static int fail(struct uls_fab_ep *e, char *why, size_t wlen, const char *step, int r)
 {
 	snprintf(why, wlen, "%s: %s", step, uls_fab.strerror(r < 0 ? -r : r));
@@ -87,6 +143,8 @@ int uls_fab_ep_open(struct uls_fab_ep *e, const char *prov, const char *node, ch
 	uls_fab.freeinfo(hints);
 	if (r)
 		return fail(e, why, wlen, "no provider fits (fi_getinfo)", r);
+	if (reads_on(e->info))
+		ask_reads(e, node);
 	if ((r = uls_fab.fabric(e->info->fabric_attr, &e->fabric, NULL)))
 		return fail(e, why, wlen, "fi_fabric", r);
 	if ((r = fi_domain(e->fabric, e->info, &e->domain, NULL)))
@@ -159,6 +217,49 @@ ssize_t uls_fab_ep_trecv(struct uls_fab_ep *e, void *buf, size_t len, void *desc
 {
 	uls_inside_begin();
 	ssize_t r = fi_trecv(e->ep, buf, len, desc, src, tag, ignore, ctx);
+	uls_inside_end();
+	return r;
+}
+
+int uls_fab_ep_mr_reg(struct uls_fab_ep *e, void *buf, size_t len, uint64_t want_key,
+		      struct fid_mr **mr, uint64_t *key, uint64_t *addr)
+{
+	uint64_t mode = e->info->domain_attr->mr_mode;
+	int r;
+
+	uls_inside_begin();
+	r = fi_mr_reg(e->domain, buf, len, FI_REMOTE_READ, 0, want_key, 0, mr, NULL);
+	if (r == 0 && (mode & FI_MR_ENDPOINT) &&
+	    ((r = fi_mr_bind(*mr, &e->ep->fid, 0)) || (r = fi_mr_enable(*mr)))) {
+		fi_close(&(*mr)->fid);
+		*mr = NULL;
+	}
+	if (r == 0) {
+		*key = fi_mr_key(*mr);
+		*addr = (mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)buf : 0;
+	}
+	uls_inside_end();
+	return r;
+}
+
+void uls_fab_ep_mr_close(struct fid_mr *mr)
+{
+	if (!mr)
+		return;
+	uls_inside_begin();
+	fi_close(&mr->fid);
+	uls_inside_end();
+}
+
+ssize_t uls_fab_ep_read(struct uls_fab_ep *e, const struct iovec *local, size_t nl,
+			const struct fi_rma_iov *remote, size_t nr, fi_addr_t src,
+			struct fi_context *ctx)
+{
+	struct fi_msg_rma m = {.msg_iov = local, .iov_count = nl, .addr = src,
+			       .rma_iov = remote, .rma_iov_count = nr, .context = ctx};
+
+	uls_inside_begin();
+	ssize_t r = fi_readmsg(e->ep, &m, FI_COMPLETION);
 	uls_inside_end();
 	return r;
 }

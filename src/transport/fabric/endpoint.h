@@ -18,6 +18,7 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_tagged.h>
+#include <rdma/fi_rma.h>
 
 #define ULS_FAB_ADDR_MAX 256
 
@@ -29,6 +30,7 @@ struct uls_fab_ep {
 	struct fid_cq *cq;
 	struct fid_ep *ep;
 	int wait_fd; /* the CQ's wait descriptor, or -1: the provider has none */
+	int reads;   /* RMA reads of a peer's registered memory (uls_fab_ep_read) */
 	size_t addr_len;
 	uint8_t addr[ULS_FAB_ADDR_MAX]; /* this endpoint's address (fi_getname) */
 	char prov[32];                 /* the provider, as fi_info names it */
@@ -59,6 +61,24 @@ ssize_t uls_fab_ep_tsend(struct uls_fab_ep *e, const void *buf, size_t len, void
 			 fi_addr_t dest, uint64_t tag, struct fi_context *ctx);
 ssize_t uls_fab_ep_trecv(struct uls_fab_ep *e, void *buf, size_t len, void *desc,
 			 fi_addr_t src, uint64_t tag, uint64_t ignore, struct fi_context *ctx);
+
+/*
+ * Registers len bytes at buf for the peer's reads (e->reads): 0 with *mr, the key to
+ * give the peer and the RMA address of buf (its virtual address, or 0 where the provider
+ * counts from the region's start), or -FI_errno. uls_fab_ep_mr_close undoes it.
+ */
+int uls_fab_ep_mr_reg(struct uls_fab_ep *e, void *buf, size_t len, uint64_t want_key,
+		      struct fid_mr **mr, uint64_t *key, uint64_t *addr);
+void uls_fab_ep_mr_close(struct fid_mr *mr);
+
+/*
+ * One RMA read of nr pieces of src's registered memory into nl local pieces of the same
+ * total length, which need no registration where e->reads is set (at most 4 of each).
+ * -FI_EAGAIN: no room now.
+ */
+ssize_t uls_fab_ep_read(struct uls_fab_ep *e, const struct iovec *local, size_t nl,
+			const struct fi_rma_iov *remote, size_t nr, fi_addr_t src,
+			struct fi_context *ctx);
 
 /*
  * Reads up to n completions into out, which also progresses the endpoint: the count, 0

@@ -124,7 +124,41 @@ struct fab_conn {
 	uint32_t peer_sleeps; /* the peer's SLEEPs seen */
 	uint32_t wake_want;   /* ...the last one waits for this (ULS_FAB_WANT_*), 0: answered */
 	uint64_t wakes;       /* wake-up bytes sent (one per peer SLEEP, while on the fabric) */
+
+	/*
+	 * Offers (protocol.md 9.6, AVAIL), where both sides read (fab.ep.reads): a long send
+	 * copies into txbuf only, which is registered, and the receiver reads the bytes from
+	 * there straight into its program's buffer. Positions count fabric bytes, as tx_fab
+	 * and rx_in do.
+	 */
+	int reads;              /* both announced READS: this side offers and takes offers */
+	int no_offers;          /* txbuf could not be registered: DATA only */
+	struct fid_mr *tx_mr;   /* txbuf's registration, from the first offer */
+	uint64_t tx_key, tx_addr, guard; /* its key, RMA address, and the guard word's value */
+	uint64_t offered_end;   /* fabric position past the last byte offered */
+	uint64_t peer_taken;    /* the peer's TAKEN: it copied every offer before this */
+	struct fab_offer *offers; /* the peer's offers not yet read, a ring of fab_offers_max */
+	uint32_t off_head, off_n;
+	int pull;               /* take every offer now (fab_run_pulls): the peer closed */
+	int rev_due;            /* ...or leaves, and its REVERT's answer waits for that */
+	uint64_t offers_read;   /* bytes read from the peer's memory (the close line) */
 };
+
+/* One offer of the peer's: len bytes of its stream from fabric position pos. */
+struct fab_offer {
+	uint64_t pos, addr, key, guard_addr, guard;
+	uint32_t len;
+};
+/* Unread offers a receiver takes: one per 8 KiB of its window (9.11). A sender offers 16
+ * KiB or more but for the run before its ring wraps, so it keeps within half of that. */
+static inline uint32_t fab_offers_max(const struct fab_conn *f)
+{
+	return f->rx_window / 8192u;
+}
+/* The guard word after txbuf's ring (9.6): the sender clears it before the memory goes. */
+#define FAB_GUARD 8u
+/* A send of at least this much is offered, not copied into DATA (where both read). */
+#define FAB_OFFER_MIN 16384u
 
 static inline struct fab_conn *fab_of(struct uls_conn *c)
 {
@@ -195,6 +229,8 @@ void fab_held_free(struct fab_conn *f);
  * receive no later than the send (rxm's rendezvous: after the peer's read), so at most
  * these and a few control messages can overtake one (9.6). */
 #define FAB_FLIGHT 32u
+/* Copies n bytes of iov from skip to dst. */
+void fab_iov_copy(uint8_t *dst, const struct iovec *iov, int iovcnt, size_t skip, size_t n);
 /* Sends DATA of n bytes taken from iov at skip (fab.mu held): 0 or -errno. */
 int fab_send_data(struct fab_conn *f, const struct iovec *iov, int iovcnt, size_t skip,
 		  size_t n);
@@ -221,6 +257,39 @@ int fab_send_sleep(struct fab_conn *f, uint32_t want, uint32_t n);
 void fab_wake_answer(struct fab_conn *f);
 /* Where this side has read the peer's stream to (TCP, then fabric). */
 uint64_t fab_rx_consumed(const struct fab_conn *f);
+
+/* offer.c (protocol.md 9.6, AVAIL and TAKEN; all with fab.mu held). */
+/* Offers up to n bytes of iov from skip, one run of txbuf: the count, or -errno
+ * (-EAGAIN: no send slot now; -ENOTSUP: no registration, send DATA). */
+ssize_t fab_offer_send(struct fab_conn *f, const struct iovec *iov, int iovcnt, size_t skip,
+		       size_t n);
+void fab_offer_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len);
+void fab_taken_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len);
+/* The peer's offer that begins at fabric position pos, or NULL. */
+struct fab_offer *fab_offer_at(struct fab_conn *f, uint64_t pos);
+/* Where the next offer begins (rx_in when none). */
+uint64_t fab_offer_next(const struct fab_conn *f);
+/* Reads the head offer into the program's memory at base (n bytes at most): the count,
+ * or -errno (the connection is reset). */
+ssize_t fab_offer_read(struct fab_conn *f, void *base, size_t n);
+/* The head offer into the program's memory at base (n bytes there): read straight in,
+ * the count; or, n being short, copied into the receive buffer first, 0; or -errno. */
+ssize_t fab_offer_into(struct fab_conn *f, void *base, size_t n);
+/* Copies every offer into the receive buffer: 0, or -errno (the connection is reset). */
+int fab_offer_pull_all(struct fab_conn *f);
+/* Marks f to take its offers after the current dispatch, then to answer the peer's
+ * REVERT (rev), or to send TAKEN: 1 when marked, 0 when there is nothing to do (no
+ * offer before a REVERT, no READS before a FIN with CLOSE). */
+int fab_pull_later(struct fab_conn *f, int rev);
+void fab_run_pulls(void);
+/* Bytes offered that the peer has neither taken nor returned. */
+int fab_offers_untaken(const struct fab_conn *f);
+/* The connection ends: txbuf and its registration go, or linger while the peer may still
+ * read them; the peer's offers are forgotten. */
+void fab_offer_release(struct fab_conn *f);
+/* proc.c: one read of the peer's memory (fab.mu held): 0 or -errno. */
+int fab_read(const struct iovec *local, size_t nl, const struct fi_rma_iov *remote, size_t nr,
+	     fi_addr_t src);
 
 /* io.c: the process ends: FINs and up to 100 ms for what was posted (9.8), once. */
 void fab_last_words(void);

@@ -352,15 +352,14 @@ static int fab_wait(struct fab_conn *f, int fd, int rx, uint64_t deadline, struc
 
 /* ------------------------------------------------------------------ receive */
 
-/* Bytes of the receive buffer into msg from done on (fab.mu held). */
-static size_t copy_out(struct fab_conn *f, struct msghdr *msg, size_t done, size_t total,
-		       int flags)
+/* Up to n bytes of the receive buffer from fabric position pos into msg at skip, as many
+ * as 64 of its pieces take: the count (fab.mu held). */
+static size_t ring_out(struct fab_conn *f, struct msghdr *msg, size_t skip, size_t n,
+		       uint64_t pos, int flags)
 {
-	size_t avail = (size_t)(f->rx_in - f->rx_out), n = total - done < avail ? total - done : avail;
 	struct iovec tmp[64];
-	int k = iov_window(msg->msg_iov, msg->msg_iovlen, done, n, tmp);
-	uint64_t pos = f->rx_out;
-	size_t copied = 0;
+	int k = iov_window(msg->msg_iov, msg->msg_iovlen, skip, n, tmp);
+	uint64_t from = pos;
 
 	for (int i = 0; i < k; i++) {
 		for (size_t o = 0; o < tmp[i].iov_len;) {
@@ -372,15 +371,48 @@ static size_t copy_out(struct fab_conn *f, struct msghdr *msg, size_t done, size
 				memcpy((char *)tmp[i].iov_base + o, f->rxbuf + at, run);
 			o += run;
 			pos += run;
-			copied += run;
 		}
 	}
-	if (!(flags & MSG_PEEK)) {
-		f->rx_out += copied;
-		/* Half the window owed: returned at once (9.6). */
-		if (f->rx_out - f->rx_ret >= f->rx_window / 2)
-			fab_send_credit(f);
+	return (size_t)(pos - from);
+}
+
+/*
+ * Bytes of the stream into msg from done on (fab.mu held): from the receive buffer, and
+ * the peer's offers read straight into the program's buffer (9.6). A peek leaves the
+ * bytes where they are and a discard has no buffer to read into: the offers are copied
+ * into the receive buffer first.
+ */
+static size_t copy_out(struct fab_conn *f, struct msghdr *msg, size_t done, size_t total,
+		       int flags)
+{
+	size_t want = total - done, copied = 0;
+	uint64_t pos = f->rx_out;
+
+	if (f->off_n && (flags & (MSG_PEEK | MSG_TRUNC)))
+		fab_offer_pull_all(f);
+	while (copied < want && pos < f->rx_in && !f->err) {
+		if (fab_offer_at(f, pos)) {
+			struct iovec tmp[1] = {{NULL, 0}};
+			iov_window(msg->msg_iov, msg->msg_iovlen, done + copied, want - copied, tmp);
+			if (fab_offer_into(f, tmp[0].iov_base, tmp[0].iov_len) < 0)
+				break;
+			copied += (size_t)(f->rx_out - pos); /* 0 when it went to the buffer */
+			pos = f->rx_out;
+			continue;
+		}
+		uint64_t end = fab_offer_next(f);
+		size_t n = end - pos < want - copied ? (size_t)(end - pos) : want - copied;
+		size_t got = ring_out(f, msg, done + copied, n, pos, flags);
+		copied += got;
+		pos += got;
+		if (!(flags & MSG_PEEK))
+			f->rx_out = pos;
+		if (got < n)
+			break; /* the program's pieces beyond 64: the next pass */
 	}
+	/* Half the window owed: returned at once (9.6). */
+	if (!(flags & MSG_PEEK) && f->rx_out - f->rx_ret >= f->rx_window / 2)
+		fab_send_credit(f);
 	return copied;
 }
 
@@ -392,8 +424,11 @@ static ssize_t fabric_pass(struct fab_conn *f, struct msghdr *msg, size_t done, 
 			   int flags)
 {
 	fab_progress();
-	if (f->rx_in > f->rx_out)
-		return (ssize_t)copy_out(f, msg, done, total, flags);
+	if (f->rx_in > f->rx_out) {
+		size_t n = copy_out(f, msg, done, total, flags);
+		if (n || !f->err) /* nothing: an offer could not be read */
+			return (ssize_t)n;
+	}
 	if (f->fin)
 		return 0;
 	if (f->err)
@@ -646,8 +681,18 @@ static ssize_t send_waits(struct uls_conn *c, struct fab_conn *f, int fd,
 		}
 		while (sent < total) {
 			size_t room = f->peer_window - (size_t)(f->tx_fab - f->tx_ret);
-			size_t slot = fab_tx_room(f), n = total - sent;
-			n = n < room ? n : room;
+			size_t n = total - sent < room ? total - sent : room;
+			if (f->reads && !f->no_offers && n >= FAB_OFFER_MIN) {
+				/* Long: offered for the peer to read (9.6, AVAIL). */
+				ssize_t r = fab_offer_send(f, iov, iovcnt, sent, n);
+				if (r > 0) {
+					sent += (size_t)r;
+					continue;
+				}
+				if (r != -ENOTSUP)
+					break;
+			}
+			size_t slot = fab_tx_room(f);
 			n = n < slot ? n : slot;
 			if (n == 0 || fab_send_data(f, iov, iovcnt, sent, n) < 0)
 				break;
@@ -1075,7 +1120,8 @@ static void fab_closing(struct uls_conn *c, int fd)
 	for (int i = 0; i < CLOSE_WAIT_MS && !f->orphan; i++) {
 		pthread_mutex_lock(&fab.mu);
 		fab_progress();
-		uint32_t flight = f->tx_flight;
+		/* Offers wait for the peer's copy too (it takes them at the FIN: 9.6). */
+		uint32_t flight = f->tx_flight + (uint32_t)fab_offers_untaken(f);
 		int may = flight && fab.state > 0 && fab_trywait();
 		pthread_mutex_unlock(&fab.mu);
 		if (!flight)
@@ -1089,9 +1135,10 @@ static void fab_closing(struct uls_conn *c, int fd)
 	if (f->announced && uls_cfg.log_level >= ULS_LOG_INFO)
 		uls_info("fd=%d fabric: sent %llu bytes on TCP and %llu on the fabric, received %llu "
 			 "on TCP and %llu on the fabric; wake-ups: %u asked, %llu received, %llu "
-			 "sent", fd, (unsigned long long)f->tx_tcp, (unsigned long long)f->tx_fab,
-			 (unsigned long long)f->rx_tcp, (unsigned long long)f->rx_in, f->sleeps,
-			 (unsigned long long)f->rx_wake, (unsigned long long)f->wakes);
+			 "sent; offers read: %llu bytes", fd, (unsigned long long)f->tx_tcp,
+			 (unsigned long long)f->tx_fab, (unsigned long long)f->rx_tcp,
+			 (unsigned long long)f->rx_in, f->sleeps, (unsigned long long)f->rx_wake,
+			 (unsigned long long)f->wakes, (unsigned long long)f->offers_read);
 }
 
 static int fab_close(struct uls_conn *c, int fd)
@@ -1112,6 +1159,7 @@ static void fab_destroy(struct uls_conn *c)
 		return;
 	pthread_mutex_lock(&fab.mu);
 	fab_unlist(f);
+	fab_offer_release(f);
 	pthread_mutex_unlock(&fab.mu);
 	uls_fab_dirq_fini(&f->dq);
 	pthread_mutex_destroy(&f->tx_mu);
@@ -1242,7 +1290,7 @@ void fab_last_words(void)
 		fab_progress();
 		uint32_t flight = 0;
 		for (struct fab_conn *f = fab.conns; f; f = f->next)
-			flight += f->tx_flight;
+			flight += f->tx_flight + (uint32_t)fab_offers_untaken(f);
 		if (!flight)
 			break;
 		int may = fab_trywait();

@@ -85,11 +85,13 @@ static const struct type_info *type_info(uint8_t type)
 		[ULS_FAB_REVERT - 0x10] = { "REVERT", ULS_FAB_CLASS_CONN | ULS_FAB_CLASS_HANDSHAKE,
 					    ULS_FAB_REVERT_SIZE },
 		[ULS_FAB_RESET - 0x10] = { "RESET", ULS_FAB_CLASS_CONN, ULS_FAB_RESET_SIZE },
+		[ULS_FAB_AVAIL - 0x10] = { "AVAIL", ULS_FAB_CLASS_CONN, ULS_FAB_AVAIL_SIZE },
+		[ULS_FAB_TAKEN - 0x10] = { "TAKEN", ULS_FAB_CLASS_CONN, ULS_FAB_TAKEN_SIZE },
 	};
 
 	if (type >= ULS_FAB_CONNECT && type <= ULS_FAB_TAKEOVER)
 		return &hs[type];
-	if (type >= ULS_FAB_DATA && type <= ULS_FAB_RESET)
+	if (type >= ULS_FAB_DATA && type <= ULS_FAB_TAKEN)
 		return &conn[type - 0x10];
 	return NULL;
 }
@@ -247,7 +249,7 @@ int uls_fab_connect_check(const struct uls_fab_connect *c)
 {
 	if (c->version != ULS_FAB_PROTO_VERSION)
 		return ULS_FAB_R_VERSION;
-	if ((c->flags & ~(ULS_FAB_CF_MAC | ULS_FAB_CF_NEED_WAKE)) != 0 ||
+	if ((c->flags & ~(ULS_FAB_CF_MAC | ULS_FAB_CF_NEED_WAKE | ULS_FAB_CF_READS)) != 0 ||
 	    !pow2(c->slot_size) || c->slot_size < ULS_FAB_SLOT_MIN ||
 	    c->slot_size > ULS_FAB_SLOT_MAX || c->conn_window < ULS_FAB_WINDOW_MIN ||
 	    c->conn_window > ULS_FAB_WINDOW_MAX || c->pair_grant < 1 ||
@@ -408,6 +410,47 @@ int uls_fab_reset_parse(struct uls_fab_reset *r, const void *buf, size_t len)
 		return -EMSGSIZE;
 	r->reason = get32(b);
 	return get32(b + 4) != 0 ? -EPROTO : 0;
+}
+
+/* AVAIL, TAKEN */
+
+void uls_fab_avail_pack(const struct uls_fab_avail *a, uint8_t out[ULS_FAB_AVAIL_SIZE])
+{
+	put32(out, a->len);
+	put32(out + 4, 0);
+	put64(out + 8, a->addr);
+	put64(out + 16, a->key);
+	put64(out + 24, a->guard_addr);
+	put64(out + 32, a->guard);
+}
+
+int uls_fab_avail_parse(struct uls_fab_avail *a, const void *buf, size_t len)
+{
+	uint8_t b[ULS_FAB_AVAIL_SIZE];
+
+	if (copy_in(b, sizeof(b), buf, len) != 0)
+		return -EMSGSIZE;
+	a->len = get32(b);
+	a->addr = get64(b + 8);
+	a->key = get64(b + 16);
+	a->guard_addr = get64(b + 24);
+	a->guard = get64(b + 32);
+	return a->len == 0 || get32(b + 4) != 0 || a->guard == 0 ? -EPROTO : 0;
+}
+
+void uls_fab_taken_pack(const struct uls_fab_taken *t, uint8_t out[ULS_FAB_TAKEN_SIZE])
+{
+	put64(out, t->pos);
+}
+
+int uls_fab_taken_parse(struct uls_fab_taken *t, const void *buf, size_t len)
+{
+	uint8_t b[ULS_FAB_TAKEN_SIZE];
+
+	if (copy_in(b, sizeof(b), buf, len) != 0)
+		return -EMSGSIZE;
+	t->pos = get64(b);
+	return 0;
 }
 
 /* TAKEOVER */

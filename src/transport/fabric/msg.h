@@ -37,6 +37,8 @@
 #define ULS_FAB_SLEEP_SIZE 16
 #define ULS_FAB_REVERT_SIZE 32
 #define ULS_FAB_RESET_SIZE 8
+#define ULS_FAB_AVAIL_SIZE 40
+#define ULS_FAB_TAKEN_SIZE 8
 
 /* What the MACs cover: CONNECT's and ACCEPT's payload up to `mac`, TAKEOVER's up to
  * `proof` (9.4, 9.10). */
@@ -58,6 +60,8 @@ enum uls_fab_type {
 	ULS_FAB_SLEEP = 0x14,
 	ULS_FAB_REVERT = 0x15, /* also handshake class, toward a TAKEOVER's sender */
 	ULS_FAB_RESET = 0x16,
+	ULS_FAB_AVAIL = 0x17, /* stream bytes the receiver reads from the sender's memory */
+	ULS_FAB_TAKEN = 0x18, /* ...copied out of it, up to a position */
 };
 
 /*
@@ -86,6 +90,7 @@ enum uls_fab_reason {
 /* Flag bits of the payloads; every other bit is reserved and must be 0. */
 #define ULS_FAB_CF_MAC 0x1u        /* CONNECT, ACCEPT: the sender has a key */
 #define ULS_FAB_CF_NEED_WAKE 0x2u  /* CONNECT, ACCEPT: the sender has no CQ wait fd */
+#define ULS_FAB_CF_READS 0x4u      /* CONNECT, ACCEPT: the sender reads and makes AVAILs */
 #define ULS_FAB_SWITCH_NONE 0x1u   /* this direction stays on TCP */
 #define ULS_FAB_FIN_CLOSE 0x1u     /* the last holder closed */
 #define ULS_FAB_WANT_DATA 0x1u     /* SLEEP */
@@ -175,6 +180,23 @@ struct uls_fab_reset {
 	uint32_t reason;
 };
 
+/*
+ * AVAIL (9.6): the next len bytes of the sender's stream lie at addr in its memory,
+ * registered under key, and the 8 bytes at guard_addr (same key) hold guard while they
+ * do. TAKEN: the receiver copied every offered byte before fabric position pos.
+ */
+struct uls_fab_avail {
+	uint32_t len;
+	uint64_t addr;
+	uint64_t key;
+	uint64_t guard_addr;
+	uint64_t guard;
+};
+
+struct uls_fab_taken {
+	uint64_t pos;
+};
+
 /* TAKEOVER (9.10), from a non-owner C of side A to B's handshake slots. */
 struct uls_fab_takeover {
 	uint64_t tag;     /* B's tag of the connection */
@@ -221,7 +243,7 @@ void uls_fab_tuple_unpack(struct uls_fab_tuple4 *t, const uint8_t in[ULS_FAB_TUP
 /*
  * CONNECT and ACCEPT. Check says why a decoded payload is out of 9.4's ranges: 0 when it
  * is not, ULS_FAB_R_VERSION for a version other than 1, ULS_FAB_R_MAC for a non-zero
- * `mac` without the MAC flag, ULS_FAB_R_PARAMS for the rest (flags beyond bits 0-1,
+ * `mac` without the MAC flag, ULS_FAB_R_PARAMS for the rest (flags beyond bits 0-2,
  * slot_size, conn_window, pair_grant 1 to 1024, addr_len 1 to 256, reserved, tag 0).
  * Parse applies it (-EPROTO when it fails).
  */
@@ -245,6 +267,11 @@ void uls_fab_revert_pack(const struct uls_fab_revert *r, uint8_t out[ULS_FAB_REV
 int uls_fab_revert_parse(struct uls_fab_revert *r, const void *buf, size_t len);
 void uls_fab_reset_pack(const struct uls_fab_reset *r, uint8_t out[ULS_FAB_RESET_SIZE]);
 int uls_fab_reset_parse(struct uls_fab_reset *r, const void *buf, size_t len);
+/* AVAIL: len 1 or more, reserved 0, guard non-zero; TAKEN: any position. */
+void uls_fab_avail_pack(const struct uls_fab_avail *a, uint8_t out[ULS_FAB_AVAIL_SIZE]);
+int uls_fab_avail_parse(struct uls_fab_avail *a, const void *buf, size_t len);
+void uls_fab_taken_pack(const struct uls_fab_taken *t, uint8_t out[ULS_FAB_TAKEN_SIZE]);
+int uls_fab_taken_parse(struct uls_fab_taken *t, const void *buf, size_t len);
 
 /* TAKEOVER: tag and new_tag non-zero, addr_len 1 to 256, reserved 0, the REVERT fields
  * with flags exactly REQUEST|LEAVING. */

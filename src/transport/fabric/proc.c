@@ -30,7 +30,7 @@ struct fab_op {
 	struct fi_context ctx; /* first: the completion gives its address back */
 	struct uls_fab_pool *pool; /* the slot's */
 	uint32_t idx;
-	uint8_t rx;     /* a receive slot (else a send's) */
+	uint8_t rx;     /* a receive slot (else a send's); FAB_OP_READ: the read of an offer */
 	uint8_t cls;    /* a receive's class */
 	uint8_t posted;
 	uint32_t len;   /* a send's */
@@ -56,6 +56,13 @@ struct fab_peer {
 #define UNPINNED_RX (4u << 20)
 #define UNPINNED_TX (2u << 20)
 #define BULK_MIN 4u /* fewer bulk slots than this: none, DATA fits the small ones */
+
+/* The read of an offer (fab_read): one at a time, under fab.mu. */
+#define FAB_OP_READ 2
+#define FAB_READ_NS 10000000000ull
+enum { RD_IDLE = 1, RD_POSTED = 2, RD_DONE = 3 }; /* else a negative error */
+static struct fab_op rd_op;
+static int rd_state = RD_IDLE;
 
 /* Sends deferred until the provider takes them (post_tx), oldest first. */
 static struct fab_op **deferred;
@@ -457,7 +464,8 @@ static int conn_post(struct fab_conn *f, struct fab_op *op, uint8_t *slot, int t
 	/* A peer asleep for window or for data has it on its way: its wake-up byte. */
 	if (r == 0 && f->wake_want &&
 	    ((wnd && (f->wake_want & ULS_FAB_WANT_SPACE)) ||
-	     (type == ULS_FAB_DATA && (f->wake_want & ULS_FAB_WANT_DATA)) ||
+	     ((type == ULS_FAB_DATA || type == ULS_FAB_AVAIL) &&
+	      (f->wake_want & ULS_FAB_WANT_DATA)) ||
 	     type == ULS_FAB_FIN || type == ULS_FAB_RESET))
 		fab_wake_answer(f);
 	return r;
@@ -551,17 +559,10 @@ int fab_send_revert(struct fab_conn *f, uint32_t flags)
 	return fab_send_ctl(f, ULS_FAB_REVERT, p, sizeof(p));
 }
 
-int fab_send_data(struct fab_conn *f, const struct iovec *iov, int iovcnt, size_t skip,
-		  size_t n)
+void fab_iov_copy(uint8_t *dst, const struct iovec *iov, int iovcnt, size_t skip, size_t n)
 {
-	uint8_t *slot;
-	/* Longer than a small slot of the peer's takes a bulk one (fab_tx_room). */
-	int bulk = peer_bulk(f) && n > SLOT_SIZE - FAB_HDR;
-	struct fab_op *op = tx_op(bulk ? &fab.txb : &fab.txp, &slot);
 	size_t done = 0;
 
-	if (!op)
-		return -EAGAIN;
 	for (int i = 0; i < iovcnt && done < n; i++) {
 		size_t l = iov[i].iov_len;
 		if (skip >= l) {
@@ -569,10 +570,23 @@ int fab_send_data(struct fab_conn *f, const struct iovec *iov, int iovcnt, size_
 			continue;
 		}
 		size_t take = l - skip < n - done ? l - skip : n - done;
-		memcpy(slot + FAB_HDR + done, (const char *)iov[i].iov_base + skip, take);
+		memcpy(dst + done, (const char *)iov[i].iov_base + skip, take);
 		done += take;
 		skip = 0;
 	}
+}
+
+int fab_send_data(struct fab_conn *f, const struct iovec *iov, int iovcnt, size_t skip,
+		  size_t n)
+{
+	uint8_t *slot;
+	/* Longer than a small slot of the peer's takes a bulk one (fab_tx_room). */
+	int bulk = peer_bulk(f) && n > SLOT_SIZE - FAB_HDR;
+	struct fab_op *op = tx_op(bulk ? &fab.txb : &fab.txp, &slot);
+
+	if (!op)
+		return -EAGAIN;
+	fab_iov_copy(slot + FAB_HDR, iov, iovcnt, skip, n);
 	int r = conn_post(f, op, slot, ULS_FAB_DATA, n, 0);
 	if (r == 0) {
 		/* Kept until the peer's window returns it (fabric_int.h, txbuf). */
@@ -640,7 +654,10 @@ static void revert_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len)
 	if (f->rev) {
 		f->rev_answered = 1; /* the answer, or a REQUEST crossing ours */
 	} else if (r.flags & ULS_FAB_REVERT_REQUEST) {
-		fab_send_revert(f, 0);
+		/* A leaving peer may lose its memory once answered: its offers are copied
+		 * first, and the answer goes after them (fab_run_pulls). */
+		if (!fab_pull_later(f, 1))
+			fab_send_revert(f, 0);
 		f->tx_stop = 1;
 	}
 	fab_news(f);
@@ -683,6 +700,12 @@ static void conn_arrival(struct fab_conn *f, const struct uls_fab_hdr *h, const 
 	}
 	case ULS_FAB_CREDIT:
 		return;
+	case ULS_FAB_AVAIL:
+		if (!f->peer_sw || f->peer_sw_pos == UINT64_MAX || f->fin || f->peer_rev)
+			return fab_violation(f, "data outside its switch and FIN");
+		return fab_offer_arrival(f, p, h->len);
+	case ULS_FAB_TAKEN:
+		return fab_taken_arrival(f, p, h->len);
 	case ULS_FAB_SWITCH: {
 		struct uls_fab_switch sw;
 		if (uls_fab_switch_parse(&sw, p, h->len) < 0 || f->peer_sw)
@@ -707,6 +730,9 @@ static void conn_arrival(struct fab_conn *f, const struct uls_fab_hdr *h, const 
 		f->fin = 1;
 		f->fin_pos = fin.pos;
 		f->peer_closed = (fin.flags & ULS_FAB_FIN_CLOSE) != 0;
+		/* Its offers go with its memory: copied here now (fab_run_pulls). */
+		if (f->peer_closed)
+			fab_pull_later(f, 0);
 		return;
 	}
 	case ULS_FAB_RESET:
@@ -855,7 +881,9 @@ void fab_progress(void)
 			struct fab_op *op = ectx;
 			if (!op)
 				break;
-			if (op->rx) {
+			if (op == &rd_op) {
+				rd_state = (int)n;
+			} else if (op->rx) {
 				op->posted = 0;
 				post_rx(op);
 			} else {
@@ -865,7 +893,9 @@ void fab_progress(void)
 		}
 		for (ssize_t i = 0; i < n; i++) {
 			struct fab_op *op = ev[i].op_context;
-			if (op->rx)
+			if (op == &rd_op)
+				rd_state = RD_DONE;
+			else if (op->rx)
 				rx_done(op, ev[i].len);
 			else
 				tx_done(op, 0);
@@ -874,6 +904,42 @@ void fab_progress(void)
 	repost_all();
 	flush_deferred();
 	depth = 0;
+	fab_run_pulls();
+}
+
+int fab_read(const struct iovec *local, size_t nl, const struct fi_rma_iov *remote, size_t nr,
+	     fi_addr_t src)
+{
+	uint64_t until = 0;
+	ssize_t r;
+
+	if (rd_state == RD_POSTED) /* a read that never completed: none after it */
+		return -EIO;
+	rd_op = (struct fab_op){.rx = FAB_OP_READ};
+	for (;;) {
+		r = uls_fab_ep_read(&fab.ep, local, nl, remote, nr, src, &rd_op.ctx);
+		if (r != -FI_EAGAIN)
+			break;
+		fab_progress();
+		uint64_t now = uls_now_ns();
+		if (!until)
+			until = now + FAB_READ_NS;
+		else if (now >= until)
+			break;
+	}
+	if (r != 0)
+		return r == -FI_EAGAIN ? -EAGAIN : -EIO;
+	rd_state = RD_POSTED;
+	/* The provider reads in this call (shm: process_vm_readv) and completes at once; the
+	 * bound covers one that would wait for the peer, which no provider here does. */
+	for (until = uls_now_ns() + FAB_READ_NS; rd_state == RD_POSTED;) {
+		fab_progress();
+		if (rd_state == RD_POSTED && uls_now_ns() >= until)
+			return -ETIMEDOUT; /* rd_state stays posted: no later read */
+	}
+	r = rd_state;
+	rd_state = RD_IDLE;
+	return r == RD_DONE ? 0 : (int)(r < 0 ? r : -EIO);
 }
 
 void fab_flush(uint64_t ns)

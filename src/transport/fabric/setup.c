@@ -41,6 +41,10 @@ static uint64_t hs_wait_ns(void)
  * big_send with 512 KiB: 64 eager messages in flight to a slow reader). */
 #define WINDOW_BULK 524288u
 #define WINDOW_SMALL 262144u
+/* Where this side reads offers (9.6), whose bytes stay in the sender's memory: 2 MiB,
+ * which a program's 1 MiB reads take in one go or two (txbuf and rxbuf are address space
+ * that only used parts of make resident). */
+#define WINDOW_READS 2097152u
 
 
 /* ------------------------------------------------------------------ the gate */
@@ -311,7 +315,8 @@ static int send_hello(struct fab_conn *f, int type)
 	struct uls_fab_connect m = {
 		.version = ULS_FAB_PROTO_VERSION,
 		.flags = (fab_key_len ? ULS_FAB_CF_MAC : 0) |
-			 (wakes_here() ? ULS_FAB_CF_NEED_WAKE : 0),
+			 (wakes_here() ? ULS_FAB_CF_NEED_WAKE : 0) |
+			 (fab.ep.reads ? ULS_FAB_CF_READS : 0),
 		.slot_size = fab_slot_size(),
 		.conn_window = f->rx_window,
 		.tag = f->tag,
@@ -351,7 +356,7 @@ static uint64_t new_tag(void)
 
 static int rx_setup(struct fab_conn *f)
 {
-	f->rx_window = fab.rxb.nslots ? WINDOW_BULK : WINDOW_SMALL;
+	f->rx_window = fab.ep.reads ? WINDOW_READS : fab.rxb.nslots ? WINDOW_BULK : WINDOW_SMALL;
 	f->rxbuf = malloc(f->rx_window);
 	return f->rxbuf ? 0 : -1;
 }
@@ -420,7 +425,8 @@ static void on_connect(const uint8_t *p, uint32_t len)
 	f->peer_window = m.conn_window;
 	f->need_wake = wakes_here();
 	f->peer_need_wake = (m.flags & ULS_FAB_CF_NEED_WAKE) != 0;
-	if (!(f->txbuf = malloc(f->peer_window))) {
+	f->reads = fab.ep.reads && (m.flags & ULS_FAB_CF_READS);
+	if (!(f->txbuf = malloc(f->peer_window + FAB_GUARD))) {
 		send_short(from, ULS_FAB_DECLINE, m.tag, ULS_FAB_R_RESOURCES, m.nc);
 		hs_declined(f, ULS_FAB_R_RESOURCES);
 		return;
@@ -460,7 +466,7 @@ static void on_accept(uint64_t tag, const uint8_t *p, uint32_t len)
 		      (fab_key_len &&
 		       !uls_fab_accept_mac_ok(fab_key, fab_key_len, p, f->connect_mac));
 	}
-	if (!bad && !(f->txbuf = malloc(m.conn_window)))
+	if (!bad && !(f->txbuf = malloc((size_t)m.conn_window + FAB_GUARD)))
 		bad = 1;
 	if (bad) {
 		send_short(f->peer, ULS_FAB_ABORT, 0, ULS_FAB_R_PARAMS, f->ns);
@@ -472,6 +478,7 @@ static void on_accept(uint64_t tag, const uint8_t *p, uint32_t len)
 	f->peer_window = m.conn_window;
 	f->need_wake = wakes_here();
 	f->peer_need_wake = (m.flags & ULS_FAB_CF_NEED_WAKE) != 0;
+	f->reads = fab.ep.reads && (m.flags & ULS_FAB_CF_READS);
 	f->hs = HS_CLI_ACCEPTED;
 	fab_news(f);
 	uls_dbg("fabric: fd=%d ACCEPT taken", f->fd);
