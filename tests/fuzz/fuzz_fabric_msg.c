@@ -139,6 +139,20 @@ static void payload(uint8_t type, const uint8_t *p, size_t len)
 			uls_fab_reset_pack(&r, out);
 		break;
 	}
+	case ULS_FAB_AVAIL: {
+		struct uls_fab_avail a;
+		if ((rc = uls_fab_avail_parse(&a, p, len)) == 0) {
+			uls_fab_avail_pack(&a, out);
+			FUZZ_ASSERT(a.len != 0 && a.guard != 0);
+		}
+		break;
+	}
+	case ULS_FAB_TAKEN: {
+		struct uls_fab_taken t;
+		if ((rc = uls_fab_taken_parse(&t, p, len)) == 0)
+			uls_fab_taken_pack(&t, out);
+		break;
+	}
 	default:
 		return; /* DATA and CREDIT have no payload structure */
 	}
@@ -151,7 +165,8 @@ static void every_parser(const uint8_t *p, size_t len)
 {
 	static const uint8_t types[] = {
 		ULS_FAB_CONNECT, ULS_FAB_DECLINE, ULS_FAB_TAKEOVER, ULS_FAB_SWITCH,
-		ULS_FAB_FIN, ULS_FAB_SLEEP, ULS_FAB_REVERT, ULS_FAB_RESET,
+		ULS_FAB_FIN, ULS_FAB_SLEEP, ULS_FAB_REVERT, ULS_FAB_RESET, ULS_FAB_AVAIL,
+		ULS_FAB_TAKEN,
 	};
 
 	for (size_t i = 0; i < sizeof(types); i++)
