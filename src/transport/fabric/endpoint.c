@@ -274,8 +274,11 @@ ssize_t uls_fab_ep_poll(struct uls_fab_ep *e, struct fi_cq_tagged_entry *out, si
 	} else if (r == -FI_EAVAIL) {
 		struct fi_cq_err_entry err = {0};
 		if (fi_cq_readerr(e->cq, &err, 0) == 1) {
+			/* Some providers store the error negative (shm's failed RMA): a count
+			 * must never come out of an error entry. */
+			int code = err.err < 0 ? -err.err : err.err;
 			*err_ctx = err.op_context;
-			r = -(ssize_t)(err.err ? err.err : FI_EOTHER);
+			r = -(ssize_t)(code ? code : FI_EOTHER);
 		}
 	}
 	uls_inside_end();

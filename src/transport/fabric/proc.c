@@ -879,6 +879,12 @@ void fab_progress(void)
 			break;
 		if (n < 0) {
 			struct fab_op *op = ectx;
+			/* shm reports a failed read (the peer's memory gone) as an error without
+			 * the operation's context: it is the one read in flight (fab_read). */
+			if (!op && rd_state == RD_POSTED) {
+				rd_state = (int)n;
+				continue;
+			}
 			if (!op)
 				break;
 			if (op == &rd_op) {
@@ -893,6 +899,8 @@ void fab_progress(void)
 		}
 		for (ssize_t i = 0; i < n; i++) {
 			struct fab_op *op = ev[i].op_context;
+			if (!op) /* none of ours: every operation here has a context */
+				continue;
 			if (op == &rd_op)
 				rd_state = RD_DONE;
 			else if (op->rx)
