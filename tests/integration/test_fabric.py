@@ -485,15 +485,20 @@ c.sendall(data)
 print("SENT sha=%s" % hashlib.sha256(data).hexdigest(), flush=True)
 if how == "_exit":
     os._exit(0)                         # no close, no destructors: _exit's last words
-if how == "close":
+if how in ("close", "linger"):
     c.close()                           # the close's FIN, and its wait for the peer
+if how == "linger":
+    import time
+    time.sleep(4)                       # lives on while the peer, asleep, has not read
 sys.exit(0)                             # no close: exit's (the library's destructor)
 """
 
 EXIT_CLIENT = r"""
-import hashlib, select, socket, sys
+import hashlib, select, socket, sys, time
 s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
 select.select([s], [], [], 1.5)         # waits in ulsock's poll: the handshake goes on
+if len(sys.argv) > 3:
+    time.sleep(float(sys.argv[3]))      # no call into ulsock: the sender's close waits in vain
 h, got = hashlib.sha256(), 0
 while True:
     b = s.recv(65536)
@@ -518,6 +523,20 @@ def test_exit_without_close(uls, netns, provider, how):
     server.wait()
     sent = re.search(r"SENT sha=(\w+)", server.output())[1]
     assert f"GOT n={n} sha={sent}" in client.output(), client.describe()
+
+
+def test_close_unread_offers(uls, netns):
+    """On shm, a sender offers 1 MiB (protocol.md 9.6), closes and lives on, while the
+    reader makes no call for 2 s: the close waits 100 ms for the reader's copy, in vain,
+    and then keeps the offered memory; the reader, awake again, reads every byte from it,
+    then a clean EOF, as on kernel TCP."""
+    hosts = Hosts(uls, netns, provider="shm")
+    n = 1 << 20
+    server, client = _py_pair(hosts, EXIT_SERVER, ["linger", str(n)], EXIT_CLIENT, ["2"])
+    sent = re.search(r"SENT sha=(\w+)", server.output())[1]
+    assert f"GOT n={n} sha={sent}" in client.output(), client.describe()
+    assert offers_read(client) > 0, client.describe()
+    server.wait()
     expect_paths(client, "fabric", count=1)
 
 
