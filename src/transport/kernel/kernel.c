@@ -7,9 +7,12 @@
  */
 #include <errno.h>
 #include <linux/sockios.h>
+#include <poll.h>
 #include <sys/ioctl.h>
 
 #include "../../core/conn.h"
+#include "../../core/wait.h"
+#include "../../os/cpu.h"
 #include "../../os/libc.h"
 
 static ssize_t result(ssize_t r)
@@ -25,9 +28,52 @@ static ssize_t k_send(struct uls_conn *c, int fd, const struct iovec *iov, int i
 	return result(uls_libc.sendmsg(uls_conn_fd(c, fd), &m, flags));
 }
 
+/*
+ * Before a blocking receive sleeps in the kernel: while another transport has work that
+ * nothing will wake this thread for (nap_ns: a fabric provider with manual progress
+ * moves posted sends only in calls into it), the wait goes in naps of that length, each
+ * after the transports' idle work (which pushes those sends), until the socket is
+ * readable. A program that sends on a fabric connection and then blocks reading a TCP
+ * one would otherwise hold its last message back. The socket's receive timeout and the
+ * program's signals end the wait as they would end the kernel's. 0: go on with the
+ * kernel's call; -EAGAIN, -EINTR: the call's result.
+ */
+static int k_wait_pushing(struct uls_conn *c, int kfd, int flags)
+{
+	uint64_t nap = uls_transports_nap_ns(), deadline = 0;
+
+	if (!nap || (flags & MSG_DONTWAIT) || atomic_load(&c->nonblock))
+		return 0;
+	if (c->rcvtimeo_ns)
+		deadline = uls_now_ns() + c->rcvtimeo_ns;
+	for (; nap; nap = uls_transports_nap_ns()) {
+		uint64_t now = uls_now_ns();
+		if (deadline && now >= deadline)
+			return -EAGAIN;
+		int ms = (int)((nap + 999999) / 1000000);
+		if (deadline && (deadline - now) / 1000000 < (uint64_t)ms)
+			ms = (int)((deadline - now + 999999) / 1000000);
+		uls_transports_idle();
+		uls_signal_clear();
+		struct pollfd p = {.fd = kfd, .events = POLLIN};
+		int r = uls_libc.poll(&p, 1, ms);
+		if (r > 0)
+			return 0;
+		if (r < 0 && errno == EINTR && (deadline || uls_signals_interrupt()))
+			return -EINTR;
+		if (r < 0 && errno != EINTR)
+			return 0; /* the kernel's call says what is wrong */
+	}
+	return 0;
+}
+
 static ssize_t k_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags)
 {
-	return result(uls_libc.recvmsg(uls_conn_fd(c, fd), msg, flags));
+	int kfd = uls_conn_fd(c, fd), r = k_wait_pushing(c, kfd, flags);
+
+	if (r < 0)
+		return r;
+	return result(uls_libc.recvmsg(kfd, msg, flags));
 }
 
 static int k_shutdown(struct uls_conn *c, int fd, int how)
