@@ -234,6 +234,9 @@ void fab_iov_copy(uint8_t *dst, const struct iovec *iov, int iovcnt, size_t skip
 /* Sends DATA of n bytes taken from iov at skip (fab.mu held): 0 or -errno. */
 int fab_send_data(struct fab_conn *f, const struct iovec *iov, int iovcnt, size_t skip,
 		  size_t n);
+/* Stream bytes arriving (DATA, AVAIL: 9.6, 9.11): 1 when f takes len more of them; 0
+ * when not, the case handled (a violation, or skipped because this side left). */
+int fab_stream_admits(struct fab_conn *f, uint32_t len);
 /* A connection message with no payload (CREDIT) or a packed one (SWITCH, FIN, RESET). */
 int fab_send_ctl(struct fab_conn *f, int type, const void *payload, size_t plen);
 /* CREDIT, SWITCH and FIN of f (fab.mu held): 0 or -errno. */
@@ -269,9 +272,6 @@ void fab_taken_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len);
 struct fab_offer *fab_offer_at(struct fab_conn *f, uint64_t pos);
 /* Where the next offer begins (rx_in when none). */
 uint64_t fab_offer_next(const struct fab_conn *f);
-/* Reads the head offer into the program's memory at base (n bytes at most): the count,
- * or -errno (the connection is reset). */
-ssize_t fab_offer_read(struct fab_conn *f, void *base, size_t n);
 /* The head offer into the program's memory at base (n bytes there): read straight in,
  * the count; or, n being short, copied into the receive buffer first, 0; or -errno. */
 ssize_t fab_offer_into(struct fab_conn *f, void *base, size_t n);

@@ -10,11 +10,11 @@
  *
  * txbuf keeps every byte until the peer's window returns it (9.10 needs it), so an offer
  * stays readable while the sender lives. Its memory may still go with the sender (exec,
- * exit, a close the peer outlasts): each read fetches, in the same call, a guard word
- * placed after the ring, which the sender clears before the memory goes. The read of one
- * call sees one address space, so a read that finds the guard changed (another image, or
- * another process under the same pid) resets the connection instead of handing over
- * bytes that are not the stream's. A peer that closes or leaves has its offers copied at
+ * exit, a close the peer outlasts): each read of bytes is followed by a read of a guard
+ * word placed after the ring, which the sender clears before the memory goes. One read
+ * sees one address space, so a guard still in place after the bytes proves them the
+ * stream's; one found changed (another image, another process under the same pid)
+ * resets the connection instead of handing over bytes that are not the stream's. A peer that closes or leaves has its offers copied at
  * once (fab_run_pulls), so that its close and its exec need not wait for the program.
  */
 #include "fabric_int.h"
@@ -87,13 +87,8 @@ void fab_offer_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len)
 
 	if (!f->reads || uls_fab_avail_parse(&a, p, len) < 0)
 		return fab_violation(f, "AVAIL");
-	if (f->rev) { /* this side left: the peer sends it again on TCP */
-		f->rx_in += a.len;
-		f->rx_out = f->rx_in;
+	if (!fab_stream_admits(f, a.len))
 		return;
-	}
-	if (f->rx_in + a.len - f->rx_ret > f->rx_window)
-		return fab_violation(f, "data beyond the window");
 	uint32_t max = fab_offers_max(f);
 	if (f->off_n >= max)
 		return fab_violation(f, "too many offers");
@@ -167,7 +162,9 @@ static int offer_read(struct fab_conn *f, struct iovec *local, size_t nl, size_t
 	return -ECONNRESET;
 }
 
-ssize_t fab_offer_read(struct fab_conn *f, void *base, size_t n)
+/* Reads the head offer into the program's memory at base (n bytes at most): the count,
+ * or -errno (the connection is reset). */
+static ssize_t offer_read_into(struct fab_conn *f, void *base, size_t n)
 {
 	struct fab_offer *o = &f->offers[f->off_head];
 	struct iovec local[1] = {{base, n < o->len ? n : o->len}};
@@ -215,7 +212,7 @@ ssize_t fab_offer_into(struct fab_conn *f, void *base, size_t n)
 {
 	if (n < DIRECT_MIN)
 		return offer_pull(f) < 0 ? -ECONNRESET : 0;
-	return fab_offer_read(f, base, n);
+	return offer_read_into(f, base, n);
 }
 
 int fab_pull_later(struct fab_conn *f, int rev)

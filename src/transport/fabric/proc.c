@@ -30,7 +30,7 @@ struct fab_op {
 	struct fi_context ctx; /* first: the completion gives its address back */
 	struct uls_fab_pool *pool; /* the slot's */
 	uint32_t idx;
-	uint8_t rx;     /* a receive slot (else a send's); FAB_OP_READ: the read of an offer */
+	uint8_t rx;     /* a receive slot (else a send's) */
 	uint8_t cls;    /* a receive's class */
 	uint8_t posted;
 	uint32_t len;   /* a send's */
@@ -57,8 +57,7 @@ struct fab_peer {
 #define UNPINNED_TX (2u << 20)
 #define BULK_MIN 4u /* fewer bulk slots than this: none, DATA fits the small ones */
 
-/* The read of an offer (fab_read): one at a time, under fab.mu. */
-#define FAB_OP_READ 2
+/* The read of an offer (fab_read): one at a time, under fab.mu, told apart by address. */
 #define FAB_READ_NS 10000000000ull
 enum { RD_IDLE = 1, RD_POSTED = 2, RD_DONE = 3 }; /* else a negative error */
 static struct fab_op rd_op;
@@ -663,6 +662,24 @@ static void revert_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len)
 	fab_news(f);
 }
 
+int fab_stream_admits(struct fab_conn *f, uint32_t len)
+{
+	if (!f->peer_sw || f->peer_sw_pos == UINT64_MAX || f->fin || f->peer_rev) {
+		fab_violation(f, "data outside its switch and FIN");
+		return 0;
+	}
+	if (f->rev) { /* this side left: the peer sends it again on TCP */
+		f->rx_in += len;
+		f->rx_out = f->rx_in;
+		return 0;
+	}
+	if (f->rx_in + len - f->rx_ret > f->rx_window) {
+		fab_violation(f, "data beyond the window");
+		return 0;
+	}
+	return 1;
+}
+
 /* A connection message for f whose header passed 9.11's stateless checks (9.6, 9.11). */
 static void conn_arrival(struct fab_conn *f, const struct uls_fab_hdr *h, const uint8_t *p)
 {
@@ -677,15 +694,8 @@ static void conn_arrival(struct fab_conn *f, const struct uls_fab_hdr *h, const 
 	fab_news(f);
 	switch (h->type) {
 	case ULS_FAB_DATA: {
-		if (!f->peer_sw || f->peer_sw_pos == UINT64_MAX || f->fin || f->peer_rev)
-			return fab_violation(f, "data outside its switch and FIN");
-		if (f->rev) { /* this side left: the peer sends it again on TCP */
-			f->rx_in += h->len;
-			f->rx_out = f->rx_in;
+		if (!fab_stream_admits(f, h->len))
 			return;
-		}
-		if (f->rx_in + h->len - f->rx_ret > f->rx_window)
-			return fab_violation(f, "data beyond the window");
 		uint32_t at = (uint32_t)(f->rx_in & (f->rx_window - 1)), first = f->rx_window - at;
 		if (first > h->len)
 			first = h->len;
@@ -701,8 +711,6 @@ static void conn_arrival(struct fab_conn *f, const struct uls_fab_hdr *h, const 
 	case ULS_FAB_CREDIT:
 		return;
 	case ULS_FAB_AVAIL:
-		if (!f->peer_sw || f->peer_sw_pos == UINT64_MAX || f->fin || f->peer_rev)
-			return fab_violation(f, "data outside its switch and FIN");
 		return fab_offer_arrival(f, p, h->len);
 	case ULS_FAB_TAKEN:
 		return fab_taken_arrival(f, p, h->len);
@@ -923,7 +931,7 @@ int fab_read(const struct iovec *local, size_t nl, const struct fi_rma_iov *remo
 
 	if (rd_state == RD_POSTED) /* a read that never completed: none after it */
 		return -EIO;
-	rd_op = (struct fab_op){.rx = FAB_OP_READ};
+	rd_op = (struct fab_op){0};
 	for (;;) {
 		r = uls_fab_ep_read(&fab.ep, local, nl, remote, nr, src, &rd_op.ctx);
 		if (r != -FI_EAGAIN)
