@@ -94,6 +94,7 @@ struct fab_conn {
 	uint64_t end_deadline; /* ...and a FIN on the fabric is awaited until then (ns) */
 	int err;              /* after the data: ECONNRESET, ETIMEDOUT */
 	_Atomic uint64_t gen; /* changes with every arrival (epoll's edges) */
+	_Atomic uint64_t tx_short; /* sends that found no room (writable edges, as TCP's) */
 	int orphan;           /* a fork child's copy: the parent owns the fabric side */
 
 	/*

@@ -698,6 +698,8 @@ static ssize_t send_waits(struct uls_conn *c, struct fab_conn *f, int fd,
 				break;
 			sent += n;
 		}
+		if (sent < total)
+			atomic_fetch_add(&f->tx_short, 1);
 		w->gen = atomic_load(&f->gen);
 		w->tx_done = fab.tx_done;
 		pthread_mutex_unlock(&fab.mu);
@@ -752,6 +754,8 @@ static ssize_t send_tcp(struct uls_conn *c, struct fab_conn *f, int fd,
 			continue;
 		}
 		r = r < 0 ? -errno : 0;
+		if (r == -EAGAIN)
+			atomic_fetch_add(&f->tx_short, 1);
 		if (r != -EAGAIN || nonblock || total == 0)
 			break;
 		fab_step(f, fd);
@@ -928,10 +932,19 @@ static int fab_sleep_recv(struct uls_conn *c, int fd)
 
 static uint64_t fab_gen(struct uls_conn *c, int events)
 {
+	struct fab_conn *f = fab_of(c);
+	uint64_t g = 0;
+
 	if (on_tcp(c))
 		return 0;
-	/* Send room also comes back with any send's completion (a free slot). */
-	return atomic_load(&fab_of(c)->gen) + ((events & POLLOUT) ? fab.tx_done : 0);
+	if (events & POLLIN)
+		g += atomic_load(&f->gen);
+	/* Like TCP, a writable edge follows only a send that found no room: an arrival, or
+	 * a completion of this side's own control message, is none. (An error or hang-up
+	 * changes the events reported, which is an edge of its own.) */
+	if (events & POLLOUT)
+		g += atomic_load(&f->tx_short) << 40;
+	return g;
 }
 
 static int fab_inq(struct uls_conn *c, int fd, int *out)
