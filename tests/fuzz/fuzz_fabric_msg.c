@@ -153,6 +153,22 @@ static void payload(uint8_t type, const uint8_t *p, size_t len)
 			uls_fab_taken_pack(&t, out);
 		break;
 	}
+	case ULS_FAB_RING: {
+		struct uls_fab_ring r;
+		if ((rc = uls_fab_ring_parse(&r, p, len)) == 0) {
+			uls_fab_ring_pack(&r, out);
+			FUZZ_ASSERT(r.len >= ULS_FAB_WINDOW_MIN && (r.len & (r.len - 1)) == 0);
+		}
+		break;
+	}
+	case ULS_FAB_WROTE: {
+		struct uls_fab_wrote w;
+		if ((rc = uls_fab_wrote_parse(&w, p, len)) == 0) {
+			uls_fab_wrote_pack(&w, out);
+			FUZZ_ASSERT(w.len != 0);
+		}
+		break;
+	}
 	default:
 		return; /* DATA and CREDIT have no payload structure */
 	}
@@ -166,7 +182,7 @@ static void every_parser(const uint8_t *p, size_t len)
 	static const uint8_t types[] = {
 		ULS_FAB_CONNECT, ULS_FAB_DECLINE, ULS_FAB_TAKEOVER, ULS_FAB_SWITCH,
 		ULS_FAB_FIN, ULS_FAB_SLEEP, ULS_FAB_REVERT, ULS_FAB_RESET, ULS_FAB_AVAIL,
-		ULS_FAB_TAKEN,
+		ULS_FAB_TAKEN, ULS_FAB_RING, ULS_FAB_WROTE,
 	};
 
 	for (size_t i = 0; i < sizeof(types); i++)

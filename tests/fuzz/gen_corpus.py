@@ -100,8 +100,8 @@ def ring_seeds():
 
 # Fabric messages (protocol.md 9.4, 9.5, 9.10); integers little-endian.
 M_CONNECT, M_ACCEPT, M_DECLINE, M_ABORT, M_TAKEOVER = 0x01, 0x02, 0x03, 0x04, 0x05
-M_DATA, M_CREDIT, M_SWITCH, M_FIN, M_SLEEP, M_REVERT, M_RESET, M_AVAIL, M_TAKEN = \
-    range(0x10, 0x19)
+M_DATA, M_CREDIT, M_SWITCH, M_FIN, M_SLEEP, M_REVERT, M_RESET, M_AVAIL, M_TAKEN, M_RING, \
+    M_WROTE = range(0x10, 0x1b)
 
 
 def fab_hdr(mtype, payload, tag=0, pcredits=0, seq=0, wnd=0, flags=0, length=None):
@@ -144,6 +144,7 @@ def fabric_msg_seeds():
     decline = struct.pack("<II", 3, 0) + nonce
     avail = struct.pack("<IIQQQQ", 65536, 0, 0x7f0011220000, 0x0102030405060708,
                         0x7f0011420000, 0xa5a5a5a55a5a5a5a)
+    ring = struct.pack("<QQII", 0, 0x0102030405060708, 1 << 21, 0)
     return {
         "connect": fab_hdr(M_CONNECT, fab_connect()),
         "connect_mac": fab_hdr(M_CONNECT, fab_connect(flags=3, mac=bytes(range(32)))),
@@ -163,8 +164,11 @@ def fabric_msg_seeds():
         "reset": fab_hdr(M_RESET, reset, tag=9),
         "avail": fab_hdr(M_AVAIL, avail, tag=9, seq=3, wnd=8192),
         "taken": fab_hdr(M_TAKEN, struct.pack("<Q", 1 << 21), tag=9, seq=4),
+        "ring": fab_hdr(M_RING, ring, tag=9, seq=0),
+        "wrote": fab_hdr(M_WROTE, struct.pack("<II", 1 << 20, 0), tag=9, seq=6, wnd=4096),
         # Each rule of 9.11 and 9.4 broken once.
-        "bad_type": fab_hdr(0x19, switch, tag=9),
+        "bad_type": fab_hdr(0x1b, switch, tag=9),
+        "bad_ring": fab_hdr(M_RING, ring[:16] + struct.pack("<II", 3 << 20, 0), tag=9),
         "bad_avail": fab_hdr(M_AVAIL, avail[:32] + bytes(8), tag=9),
         "bad_flags": fab_hdr(M_SWITCH, switch, tag=9, flags=1),
         "bad_len": fab_hdr(M_SWITCH, switch + b"\0", tag=9),
@@ -187,6 +191,7 @@ def fabric_msg_seeds():
         "payload_revert": fab_revert(),
         "payload_decline": decline,
         "payload_avail": avail,
+        "payload_ring": ring,
     }
 
 

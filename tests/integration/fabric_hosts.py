@@ -14,7 +14,7 @@ NET_PROVIDER = "net"
 FABRIC_LINE = re.compile(r"fd=\d+ fabric: sent (\d+) bytes on TCP and (\d+) on the fabric, "
                          r"received (\d+) on TCP and (\d+) on the fabric; "
                          r"wake-ups: (\d+) asked, (\d+) received, (\d+) sent; "
-                         r"offers read: (\d+) bytes")
+                         r"offers read: (\d+) bytes; written: (\d+) bytes")
 
 _subnet = [0]
 
@@ -69,6 +69,12 @@ def offers_read(proc):
     """Bytes PROC read from its peers' memory, over its fabric connections (protocol.md
     9.6, AVAIL)."""
     return sum(int(m[8]) for m in FABRIC_LINE.finditer(proc.log_text()))
+
+
+def written(proc):
+    """Bytes PROC wrote into its peers' receive rings, over its fabric connections
+    (protocol.md 9.14, WROTE)."""
+    return sum(int(m[9]) for m in FABRIC_LINE.finditer(proc.log_text()))
 
 
 def all_ok(server, conns):

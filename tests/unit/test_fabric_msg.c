@@ -85,11 +85,11 @@ static int hdr(uint8_t type, uint32_t len, uint64_t tag, uint16_t pcredits, uint
 static void header_rules(void)
 {
 	const int HS = ULS_FAB_CLASS_HANDSHAKE, CO = ULS_FAB_CLASS_CONN, BOTH = HS | CO;
-	static const uint8_t unknown[] = { 0x00, 0x06, 0x07, 0x0f, 0x19, 0x20, 0x80, 0xff };
+	static const uint8_t unknown[] = { 0x00, 0x06, 0x07, 0x0f, 0x1b, 0x20, 0x80, 0xff };
 	static const uint8_t types[] = {
 		ULS_FAB_CONNECT, ULS_FAB_ACCEPT, ULS_FAB_DECLINE, ULS_FAB_ABORT, ULS_FAB_TAKEOVER,
 		ULS_FAB_CREDIT, ULS_FAB_SWITCH, ULS_FAB_FIN, ULS_FAB_SLEEP, ULS_FAB_REVERT,
-		ULS_FAB_RESET, ULS_FAB_AVAIL, ULS_FAB_TAKEN,
+		ULS_FAB_RESET, ULS_FAB_AVAIL, ULS_FAB_TAKEN, ULS_FAB_RING, ULS_FAB_WROTE,
 	};
 
 	for (size_t i = 0; i < sizeof(unknown); i++) {
@@ -188,6 +188,8 @@ static void types_and_reasons(void)
 		{ 0x16, "RESET", ULS_FAB_CLASS_CONN, 8 },
 		{ 0x17, "AVAIL", ULS_FAB_CLASS_CONN, 40 },
 		{ 0x18, "TAKEN", ULS_FAB_CLASS_CONN, 8 },
+		{ 0x19, "RING", ULS_FAB_CLASS_CONN, 24 },
+		{ 0x1a, "WROTE", ULS_FAB_CLASS_CONN, 8 },
 	};
 	static const char *const reasons[] = {
 		"TUPLE", "NONCE", "KEY", "MAC", "VERSION",
@@ -203,8 +205,8 @@ static void types_and_reasons(void)
 	}
 	for (int v = 0; v < 256; v++)
 		known += uls_fab_type_class((uint8_t)v) != 0;
-	CHECK_EQ(known, 14);
-	CHECK(strcmp(uls_fab_type_name(0x19), "unknown") == 0);
+	CHECK_EQ(known, 16);
+	CHECK(strcmp(uls_fab_type_name(0x1b), "unknown") == 0);
 	for (uint32_t r = 1; r <= 9; r++) {
 		check_context("reason %u", r);
 		CHECK(strcmp(uls_fab_reason_name(r), reasons[r - 1]) == 0);
@@ -331,7 +333,8 @@ static void connect_ranges(void)
 	CONNECT_IS(flags, ULS_FAB_CF_MAC, 0);
 	CONNECT_IS(flags, ULS_FAB_CF_NEED_WAKE, 0);
 	CONNECT_IS(flags, ULS_FAB_CF_READS | ULS_FAB_CF_NEED_WAKE, 0);
-	for (int bit = 3; bit < 16; bit++)
+	CONNECT_IS(flags, ULS_FAB_CF_WRITES | ULS_FAB_CF_MAC, 0);
+	for (int bit = 4; bit < 16; bit++)
 		CONNECT_IS(flags, 1u << bit | ULS_FAB_CF_MAC, P);
 	for (uint32_t s = 2048; s <= 65536; s *= 2)
 		CONNECT_IS(slot_size, s, 0);
@@ -433,6 +436,16 @@ static int parse_reset(void *o, const void *b, size_t l)
 static int parse_avail(void *o, const void *b, size_t l)
 {
 	return uls_fab_avail_parse(o, b, l);
+}
+
+static int parse_ring(void *o, const void *b, size_t l)
+{
+	return uls_fab_ring_parse(o, b, l);
+}
+
+static int parse_wrote(void *o, const void *b, size_t l)
+{
+	return uls_fab_wrote_parse(o, b, l);
 }
 
 static int parse_taken(void *o, const void *b, size_t l)
@@ -923,6 +936,64 @@ static void offers_layout(void)
 		 -EPROTO);
 }
 
+/* RING and WROTE (9.14): exact layout, lengths, the rules (RING's len a power of two
+ * within the window's range, WROTE's non-zero, reserved 0), and the round trip. */
+static void writes_layout(void)
+{
+	struct uls_fab_ring r = {.addr = 0x7f0011223344ull, .key = 0x0102030405060708ull,
+				 .len = 1u << 21}, r2;
+	struct uls_fab_wrote w = {.len = 0x10000}, w2;
+	uint8_t p[ULS_FAB_RING_SIZE], q[ULS_FAB_RING_SIZE];
+	static const uint8_t r_bytes[24] = {
+		0x44, 0x33, 0x22, 0x11, 0x00, 0x7f, 0, 0,
+		8, 7, 6, 5, 4, 3, 2, 1,
+		0, 0, 0x20, 0, 0, 0, 0, 0,
+	};
+	static const uint8_t w_bytes[8] = { 0, 0, 1, 0, 0, 0, 0, 0 };
+
+	check_context("RING");
+	uls_fab_ring_pack(&r, p);
+	CHECK_MEM(p, r_bytes, 24);
+	lengths_exact(parse_ring, &r2, p, 24);
+	CHECK_U64(r2.addr, ==, r.addr);
+	CHECK_U64(r2.key, ==, r.key);
+	CHECK_U64(r2.len, ==, r.len);
+	uls_fab_ring_pack(&r2, q);
+	CHECK_MEM(q, p, 24);
+	for (int i = 20; i < 24; i++)
+		poke(parse_ring, &r2, p, 24, (size_t)i, 1, -EPROTO); /* reserved */
+	static const uint32_t bad[] = { 0, 1, ULS_FAB_WINDOW_MIN / 2, ULS_FAB_WINDOW_MIN + 1,
+					3u << 20, ULS_FAB_WINDOW_MAX * 2 };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		r.len = bad[i];
+		uls_fab_ring_pack(&r, q);
+		CHECK_EQ(uls_fab_ring_parse(&r2, q, 24), -EPROTO);
+	}
+	r.len = ULS_FAB_WINDOW_MIN;
+	uls_fab_ring_pack(&r, q);
+	CHECK_EQ(uls_fab_ring_parse(&r2, q, 24), 0);
+	r.len = ULS_FAB_WINDOW_MAX;
+	uls_fab_ring_pack(&r, q);
+	CHECK_EQ(uls_fab_ring_parse(&r2, q, 24), 0);
+
+	check_context("WROTE");
+	uls_fab_wrote_pack(&w, p);
+	CHECK_MEM(p, w_bytes, 8);
+	lengths_exact(parse_wrote, &w2, p, 8);
+	CHECK_U64(w2.len, ==, w.len);
+	for (int i = 4; i < 8; i++)
+		poke(parse_wrote, &w2, p, 8, (size_t)i, 1, -EPROTO); /* reserved */
+	w.len = 0;
+	uls_fab_wrote_pack(&w, q);
+	CHECK_EQ(uls_fab_wrote_parse(&w2, q, 8), -EPROTO);
+	w.len = 0xffffffffu;
+	uls_fab_wrote_pack(&w, q);
+	CHECK_EQ(uls_fab_wrote_parse(&w2, q, 8), 0); /* the window check is the receiver's */
+	CHECK_EQ(hdr(ULS_FAB_WROTE, ULS_FAB_WROTE_SIZE, 9, 0, 0, ULS_FAB_CLASS_CONN, 8192), 0);
+	CHECK_EQ(hdr(ULS_FAB_RING, ULS_FAB_RING_SIZE, 9, 0, 0, ULS_FAB_CLASS_HANDSHAKE, 8192),
+		 -EPROTO);
+}
+
 int main(void)
 {
 	header_layout();
@@ -932,6 +1003,7 @@ int main(void)
 	connect_ranges();
 	small_payloads();
 	offers_layout();
+	writes_layout();
 	revert_and_takeover();
 	random_round_trips();
 	connect_macs();

@@ -117,6 +117,43 @@ static void ask_reads(struct uls_fab_ep *e, const char *node)
 	uls_fab.freeinfo(h);
 }
 
+/*
+ * Providers on which the transport writes long sends into the peer's receive ring
+ * (protocol.md 9.14, RING and WROTE): those that grant RMA writes without registrations
+ * of local buffers, with a later send delivered after a write's bytes are placed
+ * (FI_ORDER_SAW), where reads are not taken (shm reads in the reader's own call; a read
+ * elsewhere waits for the sender's progress, where a write leaves with the sender's call
+ * as a send does). tcp;ofi_rxm grants them.
+ */
+static void ask_writes(struct uls_fab_ep *e, const char *node)
+{
+	struct fi_info *h = uls_fab.dupinfo(e->info), *got = NULL;
+	const uint64_t caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
+	const uint64_t order = FI_ORDER_SAW | FI_ORDER_SAS;
+
+	if (!h)
+		return;
+	h->caps = FI_TAGGED | caps;
+	h->mode = FI_CONTEXT;
+	h->tx_attr->msg_order = order;
+	h->rx_attr->msg_order = order;
+	/* Keys are the caller's (random), never a provider's count a peer could guess. */
+	h->domain_attr->mr_mode = FI_MR_ENDPOINT | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED;
+	if (uls_fab.getinfo(ULS_FAB_VERSION, node, NULL, node ? FI_SOURCE : 0, h, &got) == 0 &&
+	    got && strcmp(got->fabric_attr->prov_name, e->info->fabric_attr->prov_name) == 0 &&
+	    (got->caps & caps) == caps && (got->tx_attr->msg_order & order) == order &&
+	    (got->rx_attr->msg_order & order) == order &&
+	    !(got->domain_attr->mr_mode & (FI_MR_LOCAL | FI_MR_PROV_KEY))) {
+		uls_fab.freeinfo(e->info);
+		e->info = got;
+		got = NULL;
+		e->writes = 1;
+	}
+	if (got)
+		uls_fab.freeinfo(got);
+	uls_fab.freeinfo(h);
+}
+
 static int fail(struct uls_fab_ep *e, char *why, size_t wlen, const char *step, int r)
 {
 	snprintf(why, wlen, "%s: %s", step, uls_fab.strerror(r < 0 ? -r : r));
@@ -145,6 +182,8 @@ int uls_fab_ep_open(struct uls_fab_ep *e, const char *prov, const char *node, ch
 		return fail(e, why, wlen, "no provider fits (fi_getinfo)", r);
 	if (reads_on(e->info))
 		ask_reads(e, node);
+	else if (strcmp(e->info->fabric_attr->prov_name, "shm") != 0)
+		ask_writes(e, node);
 	if ((r = uls_fab.fabric(e->info->fabric_attr, &e->fabric, NULL)))
 		return fail(e, why, wlen, "fi_fabric", r);
 	if ((r = fi_domain(e->fabric, e->info, &e->domain, NULL)))
@@ -221,14 +260,14 @@ ssize_t uls_fab_ep_trecv(struct uls_fab_ep *e, void *buf, size_t len, void *desc
 	return r;
 }
 
-int uls_fab_ep_mr_reg(struct uls_fab_ep *e, void *buf, size_t len, uint64_t want_key,
-		      struct fid_mr **mr, uint64_t *key, uint64_t *addr)
+int uls_fab_ep_mr_reg(struct uls_fab_ep *e, void *buf, size_t len, uint64_t access,
+		      uint64_t want_key, struct fid_mr **mr, uint64_t *key, uint64_t *addr)
 {
 	uint64_t mode = e->info->domain_attr->mr_mode;
 	int r;
 
 	uls_inside_begin();
-	r = fi_mr_reg(e->domain, buf, len, FI_REMOTE_READ, 0, want_key, 0, mr, NULL);
+	r = fi_mr_reg(e->domain, buf, len, access, 0, want_key, 0, mr, NULL);
 	if (r == 0 && (mode & FI_MR_ENDPOINT) &&
 	    ((r = fi_mr_bind(*mr, &e->ep->fid, 0)) || (r = fi_mr_enable(*mr)))) {
 		fi_close(&(*mr)->fid);
@@ -260,6 +299,15 @@ ssize_t uls_fab_ep_read(struct uls_fab_ep *e, const struct iovec *local, size_t 
 
 	uls_inside_begin();
 	ssize_t r = fi_readmsg(e->ep, &m, FI_COMPLETION);
+	uls_inside_end();
+	return r;
+}
+
+ssize_t uls_fab_ep_write(struct uls_fab_ep *e, const void *buf, size_t len, fi_addr_t dest,
+			 uint64_t addr, uint64_t key, struct fi_context *ctx)
+{
+	uls_inside_begin();
+	ssize_t r = fi_write(e->ep, buf, len, NULL, dest, addr, key, ctx);
 	uls_inside_end();
 	return r;
 }

@@ -31,6 +31,7 @@ struct uls_fab_ep {
 	struct fid_ep *ep;
 	int wait_fd; /* the CQ's wait descriptor, or -1: the provider has none */
 	int reads;   /* RMA reads of a peer's registered memory (uls_fab_ep_read) */
+	int writes;  /* RMA writes into it, ordered before later sends (uls_fab_ep_write) */
 	size_t addr_len;
 	uint8_t addr[ULS_FAB_ADDR_MAX]; /* this endpoint's address (fi_getname) */
 	char prov[32];                 /* the provider, as fi_info names it */
@@ -63,12 +64,14 @@ ssize_t uls_fab_ep_trecv(struct uls_fab_ep *e, void *buf, size_t len, void *desc
 			 fi_addr_t src, uint64_t tag, uint64_t ignore, struct fi_context *ctx);
 
 /*
- * Registers len bytes at buf for the peer's reads (e->reads): 0 with *mr, the key to
- * give the peer and the RMA address of buf (its virtual address, or 0 where the provider
- * counts from the region's start), or -FI_errno. uls_fab_ep_mr_close undoes it.
+ * Registers len bytes at buf for the peer's reads or writes (access: FI_REMOTE_READ,
+ * FI_REMOTE_WRITE): 0 with *mr, the key to give the peer and the RMA address of buf (its
+ * virtual address, or 0 where the provider counts from the region's start), or
+ * -FI_errno. want_key is the key asked for where the provider takes the caller's (a
+ * random one: a peer must not guess another connection's). uls_fab_ep_mr_close undoes it.
  */
-int uls_fab_ep_mr_reg(struct uls_fab_ep *e, void *buf, size_t len, uint64_t want_key,
-		      struct fid_mr **mr, uint64_t *key, uint64_t *addr);
+int uls_fab_ep_mr_reg(struct uls_fab_ep *e, void *buf, size_t len, uint64_t access,
+		      uint64_t want_key, struct fid_mr **mr, uint64_t *key, uint64_t *addr);
 void uls_fab_ep_mr_close(struct fid_mr *mr);
 
 /*
@@ -79,6 +82,15 @@ void uls_fab_ep_mr_close(struct fid_mr *mr);
 ssize_t uls_fab_ep_read(struct uls_fab_ep *e, const struct iovec *local, size_t nl,
 			const struct fi_rma_iov *remote, size_t nr, fi_addr_t src,
 			struct fi_context *ctx);
+
+/*
+ * One RMA write of len bytes at buf (no registration needed where e->writes is set) into
+ * dest's registered memory at addr under key. A send to dest posted after it is
+ * delivered after its bytes are placed (FI_ORDER_SAW, which e->writes requires).
+ * -FI_EAGAIN: no room now.
+ */
+ssize_t uls_fab_ep_write(struct uls_fab_ep *e, const void *buf, size_t len, fi_addr_t dest,
+			 uint64_t addr, uint64_t key, struct fi_context *ctx);
 
 /*
  * Reads up to n completions into out, which also progresses the endpoint: the count, 0

@@ -143,6 +143,18 @@ struct fab_conn {
 	int pull;               /* take every offer now (fab_run_pulls): the peer closed */
 	int rev_due;            /* ...or leaves, and its REVERT's answer waits for that */
 	uint64_t offers_read;   /* bytes read from the peer's memory (the close line) */
+
+	/*
+	 * Writes (protocol.md 9.14, RING and WROTE), where both sides write (fab.ep.writes):
+	 * each registers its receive ring for the peer's writes and says where with RING; a
+	 * long send is written from txbuf into the peer's ring at its positions.
+	 */
+	int writes;             /* both announced WRITES */
+	struct fid_mr *ring_mr; /* rxbuf's registration for the peer's writes (RING sent) */
+	uint64_t peer_ring_addr, peer_ring_key;
+	uint32_t peer_ring_len; /* the peer's RING came (its window): this side writes */
+	uint64_t written;       /* bytes this side wrote into the peer's ring (close line) */
+	uint64_t wrote_in;      /* bytes the peer wrote into this side's */
 };
 
 /* One offer of the peer's: len bytes of its stream from fabric position pos. */
@@ -158,8 +170,12 @@ static inline uint32_t fab_offers_max(const struct fab_conn *f)
 }
 /* The guard word after txbuf's ring (9.6): the sender clears it before the memory goes. */
 #define FAB_GUARD 8u
-/* A send of at least this much is offered, not copied into DATA (where both read). */
+/* A send of at least this much is offered, not copied into DATA (where both read), or
+ * written into the peer's ring (where both write). */
 #define FAB_OFFER_MIN 16384u
+/* Where both write, DATA keeps to this much unreturned (rxm reset a pair's connection
+ * with 64 eager messages in flight to a slow reader: setup.c). */
+#define FAB_DATA_WINDOW 262144u
 
 static inline struct fab_conn *fab_of(struct uls_conn *c)
 {
@@ -288,6 +304,28 @@ int fab_offers_untaken(const struct fab_conn *f);
 /* The connection ends: txbuf and its registration go, or linger while the peer may still
  * read them; the peer's offers are forgotten. */
 void fab_offer_release(struct fab_conn *f);
+/* write.c (protocol.md 9.14, RING and WROTE; all with fab.mu held). */
+/* Registers f's receive ring for the peer's writes and sends RING (its handshake ended,
+ * both announced WRITES); without it the peer sends DATA. */
+void fab_ring_offer(struct fab_conn *f);
+void fab_ring_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len);
+/* Writes up to n bytes of iov from skip, one run of the peer's ring, and announces them:
+ * the count, or -errno (-EAGAIN: no room in the provider or for the WROTE now; -ENOTSUP:
+ * no RING from the peer, send DATA). */
+ssize_t fab_write_send(struct fab_conn *f, const struct iovec *iov, int iovcnt, size_t skip,
+		       size_t n);
+void fab_wrote_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len);
+/* The connection ends: its ring's registration goes, or stays with the memory while the
+ * peer may still write (until fab_ring_late sees the peer's last message). */
+void fab_ring_release(struct fab_conn *f);
+/* A message of type for a connection that is gone, tag its own: a FIN, REVERT or RESET
+ * ends its peer's writes, and its lingering ring goes. */
+void fab_ring_late(uint64_t tag, uint8_t type);
+/* proc.c: one RMA write of f's (fab.mu held): 0 or -errno (-EAGAIN: none now). */
+int fab_write(struct fab_conn *f, const void *buf, size_t len, uint64_t addr, uint64_t key);
+/* proc.c: a control message could take a send slot now. */
+int fab_ctl_room(void);
+
 /* proc.c: one read of the peer's memory (fab.mu held): 0 or -errno. */
 int fab_read(const struct iovec *local, size_t nl, const struct fi_rma_iov *remote, size_t nr,
 	     fi_addr_t src);

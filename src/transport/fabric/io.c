@@ -410,8 +410,10 @@ static size_t copy_out(struct fab_conn *f, struct msghdr *msg, size_t done, size
 		if (got < n)
 			break; /* the program's pieces beyond 64: the next pass */
 	}
-	/* Half the window owed: returned at once (9.6). */
-	if (!(flags & MSG_PEEK) && f->rx_out - f->rx_ret >= f->rx_window / 2)
+	/* Half the window owed: returned at once (9.6). Where both write, half of what DATA
+	 * may keep unreturned, which the sender's last short piece may wait for (9.14). */
+	uint32_t half = (f->writes ? FAB_DATA_WINDOW : f->rx_window) / 2;
+	if (!(flags & MSG_PEEK) && f->rx_out - f->rx_ret >= half)
 		fab_send_credit(f);
 	return copied;
 }
@@ -682,9 +684,14 @@ static ssize_t send_waits(struct uls_conn *c, struct fab_conn *f, int fd,
 		while (sent < total) {
 			size_t room = f->peer_window - (size_t)(f->tx_fab - f->tx_ret);
 			size_t n = total - sent < room ? total - sent : room;
-			if (f->reads && !f->no_offers && n >= FAB_OFFER_MIN) {
-				/* Long: offered for the peer to read (9.6, AVAIL). */
-				ssize_t r = fab_offer_send(f, iov, iovcnt, sent, n);
+			/* Long: offered for the peer to read (9.6, AVAIL), or written into its
+			 * ring (9.14, WROTE); -ENOTSUP: neither this time, DATA. */
+			ssize_t (*lng)(struct fab_conn *, const struct iovec *, int, size_t, size_t) =
+			    f->reads && !f->no_offers ? fab_offer_send
+			    : f->writes		      ? fab_write_send
+						      : NULL;
+			if (lng && n >= FAB_OFFER_MIN) {
+				ssize_t r = lng(f, iov, iovcnt, sent, n);
 				if (r > 0) {
 					sent += (size_t)r;
 					continue;
@@ -692,6 +699,12 @@ static ssize_t send_waits(struct uls_conn *c, struct fab_conn *f, int fd,
 				if (r != -ENOTSUP)
 					break;
 			}
+			/* DATA where both write keeps within FAB_DATA_WINDOW unreturned. */
+			size_t out = (size_t)(f->tx_fab - f->tx_ret);
+			if (f->writes && out >= FAB_DATA_WINDOW)
+				break;
+			if (f->writes && n > FAB_DATA_WINDOW - out)
+				n = FAB_DATA_WINDOW - out;
 			size_t slot = fab_tx_room(f);
 			n = n < slot ? n : slot;
 			if (n == 0 || fab_send_data(f, iov, iovcnt, sent, n) < 0)
@@ -1148,10 +1161,11 @@ static void fab_closing(struct uls_conn *c, int fd)
 	if (f->announced && uls_cfg.log_level >= ULS_LOG_INFO)
 		uls_info("fd=%d fabric: sent %llu bytes on TCP and %llu on the fabric, received %llu "
 			 "on TCP and %llu on the fabric; wake-ups: %u asked, %llu received, %llu "
-			 "sent; offers read: %llu bytes", fd, (unsigned long long)f->tx_tcp,
-			 (unsigned long long)f->tx_fab, (unsigned long long)f->rx_tcp,
-			 (unsigned long long)f->rx_in, f->sleeps, (unsigned long long)f->rx_wake,
-			 (unsigned long long)f->wakes, (unsigned long long)f->offers_read);
+			 "sent; offers read: %llu bytes; written: %llu bytes", fd,
+			 (unsigned long long)f->tx_tcp, (unsigned long long)f->tx_fab,
+			 (unsigned long long)f->rx_tcp, (unsigned long long)f->rx_in, f->sleeps,
+			 (unsigned long long)f->rx_wake, (unsigned long long)f->wakes,
+			 (unsigned long long)f->offers_read, (unsigned long long)f->written);
 }
 
 static int fab_close(struct uls_conn *c, int fd)
@@ -1173,6 +1187,7 @@ static void fab_destroy(struct uls_conn *c)
 	pthread_mutex_lock(&fab.mu);
 	fab_unlist(f);
 	fab_offer_release(f);
+	fab_ring_release(f);
 	pthread_mutex_unlock(&fab.mu);
 	uls_fab_dirq_fini(&f->dq);
 	pthread_mutex_destroy(&f->tx_mu);

@@ -87,11 +87,13 @@ static const struct type_info *type_info(uint8_t type)
 		[ULS_FAB_RESET - 0x10] = { "RESET", ULS_FAB_CLASS_CONN, ULS_FAB_RESET_SIZE },
 		[ULS_FAB_AVAIL - 0x10] = { "AVAIL", ULS_FAB_CLASS_CONN, ULS_FAB_AVAIL_SIZE },
 		[ULS_FAB_TAKEN - 0x10] = { "TAKEN", ULS_FAB_CLASS_CONN, ULS_FAB_TAKEN_SIZE },
+		[ULS_FAB_RING - 0x10] = { "RING", ULS_FAB_CLASS_CONN, ULS_FAB_RING_SIZE },
+		[ULS_FAB_WROTE - 0x10] = { "WROTE", ULS_FAB_CLASS_CONN, ULS_FAB_WROTE_SIZE },
 	};
 
 	if (type >= ULS_FAB_CONNECT && type <= ULS_FAB_TAKEOVER)
 		return &hs[type];
-	if (type >= ULS_FAB_DATA && type <= ULS_FAB_TAKEN)
+	if (type >= ULS_FAB_DATA && type <= ULS_FAB_WROTE)
 		return &conn[type - 0x10];
 	return NULL;
 }
@@ -249,7 +251,8 @@ int uls_fab_connect_check(const struct uls_fab_connect *c)
 {
 	if (c->version != ULS_FAB_PROTO_VERSION)
 		return ULS_FAB_R_VERSION;
-	if ((c->flags & ~(ULS_FAB_CF_MAC | ULS_FAB_CF_NEED_WAKE | ULS_FAB_CF_READS)) != 0 ||
+	if ((c->flags & ~(ULS_FAB_CF_MAC | ULS_FAB_CF_NEED_WAKE | ULS_FAB_CF_READS |
+			  ULS_FAB_CF_WRITES)) != 0 ||
 	    !pow2(c->slot_size) || c->slot_size < ULS_FAB_SLOT_MIN ||
 	    c->slot_size > ULS_FAB_SLOT_MAX || c->conn_window < ULS_FAB_WINDOW_MIN ||
 	    c->conn_window > ULS_FAB_WINDOW_MAX || c->pair_grant < 1 ||
@@ -451,6 +454,47 @@ int uls_fab_taken_parse(struct uls_fab_taken *t, const void *buf, size_t len)
 		return -EMSGSIZE;
 	t->pos = get64(b);
 	return 0;
+}
+
+/* RING, WROTE */
+
+void uls_fab_ring_pack(const struct uls_fab_ring *r, uint8_t out[ULS_FAB_RING_SIZE])
+{
+	put64(out, r->addr);
+	put64(out + 8, r->key);
+	put32(out + 16, r->len);
+	put32(out + 20, 0);
+}
+
+int uls_fab_ring_parse(struct uls_fab_ring *r, const void *buf, size_t len)
+{
+	uint8_t b[ULS_FAB_RING_SIZE];
+
+	if (copy_in(b, sizeof(b), buf, len) != 0)
+		return -EMSGSIZE;
+	r->addr = get64(b);
+	r->key = get64(b + 8);
+	r->len = get32(b + 16);
+	return !pow2(r->len) || r->len < ULS_FAB_WINDOW_MIN || r->len > ULS_FAB_WINDOW_MAX ||
+		       get32(b + 20) != 0
+		   ? -EPROTO
+		   : 0;
+}
+
+void uls_fab_wrote_pack(const struct uls_fab_wrote *w, uint8_t out[ULS_FAB_WROTE_SIZE])
+{
+	put32(out, w->len);
+	put32(out + 4, 0);
+}
+
+int uls_fab_wrote_parse(struct uls_fab_wrote *w, const void *buf, size_t len)
+{
+	uint8_t b[ULS_FAB_WROTE_SIZE];
+
+	if (copy_in(b, sizeof(b), buf, len) != 0)
+		return -EMSGSIZE;
+	w->len = get32(b);
+	return w->len == 0 || get32(b + 4) != 0 ? -EPROTO : 0;
 }
 
 /* TAKEOVER */

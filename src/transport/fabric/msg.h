@@ -39,6 +39,8 @@
 #define ULS_FAB_RESET_SIZE 8
 #define ULS_FAB_AVAIL_SIZE 40
 #define ULS_FAB_TAKEN_SIZE 8
+#define ULS_FAB_RING_SIZE 24
+#define ULS_FAB_WROTE_SIZE 8
 
 /* What the MACs cover: CONNECT's and ACCEPT's payload up to `mac`, TAKEOVER's up to
  * `proof` (9.4, 9.10). */
@@ -62,6 +64,8 @@ enum uls_fab_type {
 	ULS_FAB_RESET = 0x16,
 	ULS_FAB_AVAIL = 0x17, /* stream bytes the receiver reads from the sender's memory */
 	ULS_FAB_TAKEN = 0x18, /* ...copied out of it, up to a position */
+	ULS_FAB_RING = 0x19,  /* the receive ring the peer may write the stream into */
+	ULS_FAB_WROTE = 0x1a, /* stream bytes the sender wrote into the receiver's ring */
 };
 
 /*
@@ -91,6 +95,7 @@ enum uls_fab_reason {
 #define ULS_FAB_CF_MAC 0x1u        /* CONNECT, ACCEPT: the sender has a key */
 #define ULS_FAB_CF_NEED_WAKE 0x2u  /* CONNECT, ACCEPT: the sender has no CQ wait fd */
 #define ULS_FAB_CF_READS 0x4u      /* CONNECT, ACCEPT: the sender reads and makes AVAILs */
+#define ULS_FAB_CF_WRITES 0x8u     /* CONNECT, ACCEPT: the sender writes and takes writes */
 #define ULS_FAB_SWITCH_NONE 0x1u   /* this direction stays on TCP */
 #define ULS_FAB_FIN_CLOSE 0x1u     /* the last holder closed */
 #define ULS_FAB_WANT_DATA 0x1u     /* SLEEP */
@@ -197,6 +202,22 @@ struct uls_fab_taken {
 	uint64_t pos;
 };
 
+/*
+ * RING (9.14): the sender's receive ring for this connection, registered for the peer's
+ * RMA writes under key: the byte at fabric position p of the peer's stream goes to
+ * addr + p % len, len being the window the sender announced. WROTE: the next len bytes of
+ * the sender's stream were written into the receiver's ring, before this message.
+ */
+struct uls_fab_ring {
+	uint64_t addr;
+	uint64_t key;
+	uint32_t len;
+};
+
+struct uls_fab_wrote {
+	uint32_t len;
+};
+
 /* TAKEOVER (9.10), from a non-owner C of side A to B's handshake slots. */
 struct uls_fab_takeover {
 	uint64_t tag;     /* B's tag of the connection */
@@ -272,6 +293,12 @@ void uls_fab_avail_pack(const struct uls_fab_avail *a, uint8_t out[ULS_FAB_AVAIL
 int uls_fab_avail_parse(struct uls_fab_avail *a, const void *buf, size_t len);
 void uls_fab_taken_pack(const struct uls_fab_taken *t, uint8_t out[ULS_FAB_TAKEN_SIZE]);
 int uls_fab_taken_parse(struct uls_fab_taken *t, const void *buf, size_t len);
+/* RING: len a power of two from ULS_FAB_WINDOW_MIN to ULS_FAB_WINDOW_MAX, reserved 0;
+ * WROTE: len 1 or more, reserved 0. */
+void uls_fab_ring_pack(const struct uls_fab_ring *r, uint8_t out[ULS_FAB_RING_SIZE]);
+int uls_fab_ring_parse(struct uls_fab_ring *r, const void *buf, size_t len);
+void uls_fab_wrote_pack(const struct uls_fab_wrote *w, uint8_t out[ULS_FAB_WROTE_SIZE]);
+int uls_fab_wrote_parse(struct uls_fab_wrote *w, const void *buf, size_t len);
 
 /* TAKEOVER: tag and new_tag non-zero, addr_len 1 to 256, reserved 0, the REVERT fields
  * with flags exactly REQUEST|LEAVING. */

@@ -46,7 +46,7 @@ static int offer_register(struct fab_conn *f)
 	uint64_t guard = fab_random64();
 
 	if (uls_fab_ep_mr_reg(&fab.ep, f->txbuf, (size_t)f->peer_window + FAB_GUARD,
-			      fab_random64(), &f->tx_mr, &f->tx_key, &f->tx_addr) != 0) {
+			      FI_REMOTE_READ, fab_random64(), &f->tx_mr, &f->tx_key, &f->tx_addr) != 0) {
 		uls_dbg("fabric: fd=%d txbuf not registered: DATA only", f->fd);
 		f->tx_mr = NULL;
 		f->no_offers = 1;

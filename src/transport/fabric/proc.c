@@ -463,7 +463,7 @@ static int conn_post(struct fab_conn *f, struct fab_op *op, uint8_t *slot, int t
 	/* A peer asleep for window or for data has it on its way: its wake-up byte. */
 	if (r == 0 && f->wake_want &&
 	    ((wnd && (f->wake_want & ULS_FAB_WANT_SPACE)) ||
-	     ((type == ULS_FAB_DATA || type == ULS_FAB_AVAIL) &&
+	     ((type == ULS_FAB_DATA || type == ULS_FAB_AVAIL || type == ULS_FAB_WROTE) &&
 	      (f->wake_want & ULS_FAB_WANT_DATA)) ||
 	     type == ULS_FAB_FIN || type == ULS_FAB_RESET))
 		fab_wake_answer(f);
@@ -608,6 +608,7 @@ void fab_done(struct fab_conn *f)
 	 * first: whoever sees the path logs it (the accept that ran this progress, say). */
 	snprintf(f->c->reason, sizeof(f->c->reason), "%s", fab.ep.prov);
 	atomic_store(&f->c->path, ULS_PATH_FABRIC);
+	fab_ring_offer(f);
 	fab_news(f);
 }
 
@@ -714,6 +715,13 @@ static void conn_arrival(struct fab_conn *f, const struct uls_fab_hdr *h, const 
 		return fab_offer_arrival(f, p, h->len);
 	case ULS_FAB_TAKEN:
 		return fab_taken_arrival(f, p, h->len);
+	case ULS_FAB_RING:
+		return fab_ring_arrival(f, p, h->len);
+	case ULS_FAB_WROTE:
+		fab_wrote_arrival(f, p, h->len);
+		if (f->wake_want & ULS_FAB_WANT_SPACE)
+			fab_wake_answer(f);
+		return;
 	case ULS_FAB_SWITCH: {
 		struct uls_fab_switch sw;
 		if (uls_fab_switch_parse(&sw, p, h->len) < 0 || f->peer_sw)
@@ -842,19 +850,56 @@ static void rx_done(struct fab_op *op, size_t len)
 			fab_hs_arrival(&h, slot + FAB_HDR);
 		} else {
 			struct fab_conn *f = fab_by_tag(h.tag);
-			/* An unknown tag is a closed connection's late message: dropped. */
+			/* An unknown tag is a closed connection's late message: dropped (its
+			 * lingering ring may go with it). */
 			if (f)
 				conn_take(f, &h, slot + FAB_HDR);
+			else
+				fab_ring_late(h.tag, h.type);
 		}
 	}
 	post_rx(op);
+}
+
+/* RMA writes in flight (9.14): their operations, told apart by address. */
+#define FAB_WRITES 64
+static struct fab_op wr_ops[FAB_WRITES];
+static uint64_t wr_busy; /* bit i: wr_ops[i] is posted */
+
+int fab_write(struct fab_conn *f, const void *buf, size_t len, uint64_t addr, uint64_t key)
+{
+	if (wr_busy == ~0ull)
+		return -EAGAIN;
+	int i = __builtin_ctzll(~wr_busy);
+	struct fab_op *op = &wr_ops[i];
+
+	*op = (struct fab_op){.idx = (uint32_t)i, .len = (uint32_t)len, .tag = f->tag,
+			      .dest = f->peer};
+	ssize_t r = uls_fab_ep_write(&fab.ep, buf, len, f->peer, addr, key, &op->ctx);
+	if (r != 0) {
+		if (r != -FI_EAGAIN)
+			uls_dbg("fabric: write of %zu bytes failed: %s", len, uls_fab_err((int)r));
+		return r == -FI_EAGAIN ? -EAGAIN : -EIO;
+	}
+	wr_busy |= 1ull << i;
+	f->tx_flight++;
+	atomic_fetch_add(&fab.tx_posted, 1);
+	return 0;
+}
+
+int fab_ctl_room(void)
+{
+	return fab.txp.nfree > 0;
 }
 
 static void tx_done(struct fab_op *op, int err)
 {
 	struct fab_conn *f = op->tag ? fab_by_tag(op->tag) : NULL;
 
-	uls_fab_pool_put(op->pool, op->idx);
+	if (op->pool)
+		uls_fab_pool_put(op->pool, op->idx);
+	else
+		wr_busy &= ~(1ull << op->idx);
 	atomic_fetch_sub(&fab.tx_posted, 1);
 	fab.tx_done++; /* a slot is free: senders waiting for one look again */
 	if (f && f->tx_flight)
