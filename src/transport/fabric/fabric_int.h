@@ -321,6 +321,8 @@ void fab_ring_release(struct fab_conn *f);
 /* A message of type for a connection that is gone, tag its own: a FIN, REVERT or RESET
  * ends its peer's writes, and its lingering ring goes. */
 void fab_ring_late(uint64_t tag, uint8_t type);
+/* The pair with peer failed (9.8): nothing more comes from it, its lingering rings go. */
+void fab_ring_pair_failed(fi_addr_t peer);
 /* proc.c: one RMA write of f's (fab.mu held): 0 or -errno (-EAGAIN: none now). */
 int fab_write(struct fab_conn *f, const void *buf, size_t len, uint64_t addr, uint64_t key);
 /* proc.c: a control message could take a send slot now. */

@@ -909,6 +909,7 @@ static void tx_done(struct fab_op *op, int err)
 	if (!err)
 		return;
 	/* The pair failed (9.8): every connection to that peer ends. */
+	fab_ring_pair_failed(op->dest);
 	for (f = fab.conns; f; f = f->next)
 		if (f->peer == op->dest && (f->hs == HS_DONE || f->hs == HS_SRV_ACCEPTED) &&
 		    !f->err) {

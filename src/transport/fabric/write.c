@@ -31,6 +31,7 @@
 struct ring_linger {
 	struct ring_linger *next;
 	uint64_t tag; /* the connection's own: the peer's last messages still carry it */
+	fi_addr_t peer;
 	uint8_t *buf;
 	struct fid_mr *mr;
 	size_t size;
@@ -127,10 +128,13 @@ void fab_ring_release(struct fab_conn *f)
 		f->ring_mr = NULL;
 		return;
 	}
-	/* The peer may write until its FIN or its REVERT, which follow its last write. */
-	if (!f->fin && !f->peer_rev && (l = malloc(sizeof(*l)))) {
-		*l = (struct ring_linger){.next = lingering, .tag = f->tag, .buf = f->rxbuf,
-					  .mr = f->ring_mr, .size = f->rx_window};
+	/* The peer may write until its FIN or its REVERT, which follow its last write; not
+	 * once its SWITCH said its direction stays on TCP (a failed pair took the
+	 * registration already: fab_ring_pair_failed). */
+	int done = f->fin || f->peer_rev || (f->peer_sw && f->peer_sw_pos == UINT64_MAX);
+	if (!done && (l = malloc(sizeof(*l)))) {
+		*l = (struct ring_linger){.next = lingering, .tag = f->tag, .peer = f->peer,
+					  .buf = f->rxbuf, .mr = f->ring_mr, .size = f->rx_window};
 		lingering = l;
 		linger_bytes += l->size;
 		f->rxbuf = NULL;
@@ -141,17 +145,35 @@ void fab_ring_release(struct fab_conn *f)
 	f->ring_mr = NULL;
 }
 
+/* Lingering rings of tag (any, when 0) toward peer (any, when FI_ADDR_UNSPEC) go. */
+static void ring_drop(uint64_t tag, fi_addr_t peer)
+{
+	for (struct ring_linger **pp = &lingering, *l; (l = *pp);) {
+		if ((tag && l->tag != tag) || (peer != FI_ADDR_UNSPEC && l->peer != peer)) {
+			pp = &l->next;
+			continue;
+		}
+		*pp = l->next;
+		linger_bytes -= l->size;
+		uls_fab_ep_mr_close(l->mr);
+		free(l->buf);
+		free(l);
+	}
+}
+
 void fab_ring_late(uint64_t tag, uint8_t type)
 {
-	if (type != ULS_FAB_FIN && type != ULS_FAB_REVERT && type != ULS_FAB_RESET)
-		return;
-	for (struct ring_linger **pp = &lingering, *l; (l = *pp); pp = &l->next)
-		if (l->tag == tag) {
-			*pp = l->next;
-			linger_bytes -= l->size;
-			uls_fab_ep_mr_close(l->mr);
-			free(l->buf);
-			free(l);
-			return;
+	if (type == ULS_FAB_FIN || type == ULS_FAB_REVERT || type == ULS_FAB_RESET)
+		ring_drop(tag, FI_ADDR_UNSPEC);
+}
+
+void fab_ring_pair_failed(fi_addr_t peer)
+{
+	ring_drop(0, peer);
+	/* Live connections keep their rings' bytes for the program, not the registration. */
+	for (struct fab_conn *f = fab.conns; f; f = f->next)
+		if (f->peer == peer && f->ring_mr && !f->orphan) {
+			uls_fab_ep_mr_close(f->ring_mr);
+			f->ring_mr = NULL;
 		}
 }
