@@ -359,7 +359,18 @@ int uls_epoll_wait(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int 
 	uls_bell_current = ep->bell;
 	if (!has_ring(ep)) {
 		ep->round++;
-		n = kernel_pass(ep, epfd, evs, max, timeout_ns, mask);
+		/* Plain descriptors only: in naps while a transport has work nothing wakes
+		 * this thread for (poll.c, kernel_ppoll_pushing). */
+		for (;;) {
+			int64_t left = uls_ns_remaining(deadline, timeout_ns);
+			int64_t nap = (int64_t)uls_transports_nap_ns();
+			if (!nap || (left >= 0 && left <= nap)) {
+				n = kernel_pass(ep, epfd, evs, max, left, mask);
+				break;
+			}
+			if ((n = kernel_pass(ep, epfd, evs, max, nap, mask)) != 0)
+				break;
+		}
 		pthread_mutex_unlock(&ep->mu);
 		uls_bell_current = was_current;
 		return n;

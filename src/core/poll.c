@@ -96,6 +96,28 @@ static int kernel_ppoll(struct pollfd *k, nfds_t n, int64_t ns, const sigset_t *
 	return r < 0 ? -errno : r;
 }
 
+/*
+ * A wait on plain descriptors only. While a transport has work that nothing will wake
+ * this thread for (uls_transports_nap_ns: a fabric provider with manual progress moves
+ * posted sends only in calls into it), the wait goes in naps of that length, the
+ * transports' idle work before each (kernel_ppoll), so that a program that sends on a
+ * fabric connection and then waits on other descriptors does not hold its last bytes
+ * back; otherwise one kernel wait.
+ */
+static int kernel_ppoll_pushing(struct pollfd *k, nfds_t n, int64_t timeout_ns,
+				uint64_t deadline, const sigset_t *mask)
+{
+	for (;;) {
+		int64_t left = uls_ns_remaining(deadline, timeout_ns);
+		int64_t nap = (int64_t)uls_transports_nap_ns();
+		if (!nap || (left >= 0 && left <= nap))
+			return kernel_ppoll(k, n, left, mask);
+		int r = kernel_ppoll(k, n, nap, mask);
+		if (r != 0)
+			return r;
+	}
+}
+
 /* One pass: user readiness of ring conns merged with a kernel snapshot in k. */
 static int poll_collect(struct pollfd *fds, struct pollfd *k, struct uls_conn **cs, nfds_t n,
 			int have_kernel)
@@ -172,7 +194,7 @@ int uls_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *m
 			k[i].events = (short)uls_kernel_events_for(cs[i], fds[i].events);
 	}
 	if (!nconn) {
-		r = kernel_ppoll(fds, n, timeout_ns, mask);
+		r = kernel_ppoll_pushing(fds, n, timeout_ns, deadline, mask);
 		goto out;
 	}
 	uls_spin_start(&spin);

@@ -41,9 +41,9 @@ static uint64_t hs_wait_ns(void)
  * big_send with 512 KiB: 64 eager messages in flight to a slow reader). */
 #define WINDOW_BULK 524288u
 #define WINDOW_SMALL 262144u
-/* Where this side reads offers (9.6), whose bytes stay in the sender's memory, or takes
- * writes (9.14): 2 MiB, which a program's 1 MiB reads take in one go or two (txbuf and
- * rxbuf are address space that only used parts of make resident). */
+/* Where this side reads offers (9.6), whose bytes stay in the sender's memory: 2 MiB,
+ * which a program's 1 MiB reads take in one go or two (txbuf and rxbuf are address space
+ * that only used parts of make resident). */
 #define WINDOW_READS 2097152u
 /* Where this side takes writes (9.14): what the peer's kernel and this side's may hold
  * between them while this side's program makes no call. A write leaves with the sender's
