@@ -121,15 +121,18 @@ static void ask_reads(struct uls_fab_ep *e, const char *node)
  * Providers on which the transport writes long sends into the peer's receive ring
  * (protocol.md 9.14, RING and WROTE): those that grant RMA writes without registrations
  * of local buffers, with a later send delivered after a write's bytes are placed
- * (FI_ORDER_SAW), where reads are not taken (shm reads in the reader's own call; a read
- * elsewhere waits for the sender's progress, where a write leaves with the sender's call
- * as a send does). tcp;ofi_rxm grants them.
+ * (FI_ORDER_SAW) and writes placed in order (FI_ORDER_WAW), where reads are not taken
+ * (shm reads in the reader's own call; a read elsewhere waits for the sender's progress,
+ * where a write leaves with the sender's call as a send does). tcp;ofi_rxm and net
+ * grant them.
  */
 static void ask_writes(struct uls_fab_ep *e, const char *node)
 {
 	struct fi_info *h = uls_fab.dupinfo(e->info), *got = NULL;
 	const uint64_t caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
-	const uint64_t order = FI_ORDER_SAW | FI_ORDER_SAS;
+	/* SAW: a WROTE after its write finds the bytes placed; WAW: a write again at the
+	 * same place (after a WROTE that could not be posted) lands after the first. */
+	const uint64_t order = FI_ORDER_SAW | FI_ORDER_WAW | FI_ORDER_SAS;
 
 	if (!h)
 		return;
