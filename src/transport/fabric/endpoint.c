@@ -91,30 +91,48 @@ static int reads_on(const struct fi_info *info)
 	return strcmp(info->fabric_attr->prov_name, "shm") == 0 && peers_readable();
 }
 
-/* The provider chosen, asked again with reads (the same provider, or nothing changes):
- * taken when it grants them without registrations of local buffers. */
-static void ask_reads(struct uls_fab_ep *e, const char *node)
+/*
+ * The provider chosen, asked again with caps (and msg_order, where order is not 0) and
+ * the registration modes mr_mode: 1 when it grants them without any of mr_refused, and
+ * e->info is then its answer; 0, nothing changed.
+ */
+static int ask_again(struct uls_fab_ep *e, const char *node, uint64_t caps, uint64_t order,
+		     uint64_t mr_mode, uint64_t mr_refused)
 {
 	struct fi_info *h = uls_fab.dupinfo(e->info), *got = NULL;
+	int took = 0;
 
 	if (!h)
-		return;
-	h->caps = FI_TAGGED | FI_RMA | FI_READ | FI_REMOTE_READ;
+		return 0;
+	h->caps = FI_TAGGED | caps;
 	h->mode = FI_CONTEXT;
-	h->domain_attr->mr_mode = FI_MR_ENDPOINT | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
-				  FI_MR_PROV_KEY;
+	if (order) {
+		h->tx_attr->msg_order = order;
+		h->rx_attr->msg_order = order;
+	}
+	h->domain_attr->mr_mode = mr_mode;
 	if (uls_fab.getinfo(ULS_FAB_VERSION, node, NULL, node ? FI_SOURCE : 0, h, &got) == 0 &&
 	    got && strcmp(got->fabric_attr->prov_name, e->info->fabric_attr->prov_name) == 0 &&
-	    (got->caps & (FI_RMA | FI_READ | FI_REMOTE_READ)) == (FI_RMA | FI_READ | FI_REMOTE_READ) &&
-	    !(got->domain_attr->mr_mode & FI_MR_LOCAL)) {
+	    (got->caps & caps) == caps && (got->tx_attr->msg_order & order) == order &&
+	    (got->rx_attr->msg_order & order) == order &&
+	    !(got->domain_attr->mr_mode & mr_refused)) {
 		uls_fab.freeinfo(e->info);
 		e->info = got;
 		got = NULL;
-		e->reads = 1;
+		took = 1;
 	}
 	if (got)
 		uls_fab.freeinfo(got);
 	uls_fab.freeinfo(h);
+	return took;
+}
+
+/* Reads: taken when granted without registrations of local buffers. */
+static void ask_reads(struct uls_fab_ep *e, const char *node)
+{
+	e->reads = ask_again(e, node, FI_RMA | FI_READ | FI_REMOTE_READ, 0,
+			     FI_MR_ENDPOINT | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY,
+			     FI_MR_LOCAL);
 }
 
 /*
@@ -128,33 +146,13 @@ static void ask_reads(struct uls_fab_ep *e, const char *node)
  */
 static void ask_writes(struct uls_fab_ep *e, const char *node)
 {
-	struct fi_info *h = uls_fab.dupinfo(e->info), *got = NULL;
-	const uint64_t caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
 	/* SAW: a WROTE after its write finds the bytes placed; WAW: a write again at the
-	 * same place (after a WROTE that could not be posted) lands after the first. */
-	const uint64_t order = FI_ORDER_SAW | FI_ORDER_WAW | FI_ORDER_SAS;
-
-	if (!h)
-		return;
-	h->caps = FI_TAGGED | caps;
-	h->mode = FI_CONTEXT;
-	h->tx_attr->msg_order = order;
-	h->rx_attr->msg_order = order;
-	/* Keys are the caller's (random), never a provider's count a peer could guess. */
-	h->domain_attr->mr_mode = FI_MR_ENDPOINT | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED;
-	if (uls_fab.getinfo(ULS_FAB_VERSION, node, NULL, node ? FI_SOURCE : 0, h, &got) == 0 &&
-	    got && strcmp(got->fabric_attr->prov_name, e->info->fabric_attr->prov_name) == 0 &&
-	    (got->caps & caps) == caps && (got->tx_attr->msg_order & order) == order &&
-	    (got->rx_attr->msg_order & order) == order &&
-	    !(got->domain_attr->mr_mode & (FI_MR_LOCAL | FI_MR_PROV_KEY))) {
-		uls_fab.freeinfo(e->info);
-		e->info = got;
-		got = NULL;
-		e->writes = 1;
-	}
-	if (got)
-		uls_fab.freeinfo(got);
-	uls_fab.freeinfo(h);
+	 * same place (after a WROTE that could not be posted) lands after the first. Keys
+	 * are the caller's (random), never a provider's count a peer could guess. */
+	e->writes = ask_again(e, node, FI_RMA | FI_WRITE | FI_REMOTE_WRITE,
+			      FI_ORDER_SAW | FI_ORDER_WAW | FI_ORDER_SAS,
+			      FI_MR_ENDPOINT | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED,
+			      FI_MR_LOCAL | FI_MR_PROV_KEY);
 }
 
 static int fail(struct uls_fab_ep *e, char *why, size_t wlen, const char *step, int r)

@@ -154,7 +154,6 @@ struct fab_conn {
 	uint64_t peer_ring_addr, peer_ring_key;
 	uint32_t peer_ring_len; /* the peer's RING came (its window): this side writes */
 	uint64_t written;       /* bytes this side wrote into the peer's ring (close line) */
-	uint64_t wrote_in;      /* bytes the peer wrote into this side's */
 };
 
 /* One offer of the peer's: len bytes of its stream from fabric position pos. */

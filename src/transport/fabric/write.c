@@ -115,7 +115,6 @@ void fab_wrote_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len)
 		return;
 	/* The bytes are at their place in the ring already (placed before this message). */
 	f->rx_in += w.len;
-	f->wrote_in += w.len;
 }
 
 void fab_ring_release(struct fab_conn *f)
