@@ -425,7 +425,10 @@ static size_t copy_out(struct fab_conn *f, struct msghdr *msg, size_t done, size
 static ssize_t fabric_pass(struct fab_conn *f, struct msghdr *msg, size_t done, size_t total,
 			   int flags)
 {
-	fab_progress();
+	/* Bytes already here go without another read of the queue (TCP's recv too returns
+	 * what it holds, not what is on its way). */
+	if (f->rx_in == f->rx_out)
+		fab_progress();
 	if (f->rx_in > f->rx_out) {
 		size_t n = copy_out(f, msg, done, total, flags);
 		if (n || !f->err) /* nothing: an offer could not be read */
@@ -657,9 +660,12 @@ static ssize_t send_waits(struct uls_conn *c, struct fab_conn *f, int fd,
 
 	if (atomic_load(&c->shut_wr))
 		return send_epipe(flags);
-	for (;;) {
+	for (int first = 1;; first = 0) {
 		pthread_mutex_lock(&fab.mu);
-		fab_progress();
+		if (first)
+			fab_progress_fresh();
+		else
+			fab_progress();
 		if (f->tx_stop) { /* the peer moved the connection back meanwhile (9.10) */
 			pthread_mutex_unlock(&fab.mu);
 			return sent ? (ssize_t)sent : FAB_MOVED;

@@ -962,11 +962,26 @@ void fab_progress(void)
 			else
 				tx_done(op, 0);
 		}
+		/* Fewer than asked: the queue is empty. Another read would cost the provider's
+		 * progress again (a system call on tcp) and find nothing new but its own wake-up
+		 * signal; the next call's read takes what comes meanwhile. */
+		if (n < 16)
+			break;
 	}
 	repost_all();
 	flush_deferred();
 	depth = 0;
+	fab.progressed_ns = uls_now_ns();
 	fab_run_pulls();
+}
+
+/* A ping-pong's send follows the receive's read by a microsecond or two. */
+#define FAB_FRESH_NS 5000u
+
+void fab_progress_fresh(void)
+{
+	if (uls_now_ns() - fab.progressed_ns >= FAB_FRESH_NS)
+		fab_progress();
 }
 
 int fab_read(const struct iovec *local, size_t nl, const struct fi_rma_iov *remote, size_t nr,
