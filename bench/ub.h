@@ -57,6 +57,7 @@ struct ub_opts {
 	const char *unix_path;
 	int server_only;
 	int client_only;
+	int inline_sessions;		/* --inline: the server serves in its own process */
 };
 
 /*
@@ -120,6 +121,8 @@ struct ub_row {
 /* ub_util.c: time, CPU, errors, the watchdog. */
 double ub_now(void);
 double ub_cpu_self(void);
+/* What a trailer's CPU counts from: 0, or the start of a session served inline. */
+extern double ub_cpu_base;
 void ub_die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 void ub_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void ub_watchdog(double seconds);

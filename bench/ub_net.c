@@ -247,7 +247,7 @@ void ub_trailer_fill(struct ub_trailer *t, uint64_t sent, uint64_t received, dou
 	t->magic = UB_TRAILER_MAGIC;
 	t->sent = sent;
 	t->received = received;
-	t->cpu_us = (uint64_t)(ub_cpu_self() * 1e6);
+	t->cpu_us = (uint64_t)((ub_cpu_self() - ub_cpu_base) * 1e6);
 	t->wall_us = (uint64_t)((ub_now() - t0) * 1e6);
 }
 

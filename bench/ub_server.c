@@ -134,14 +134,13 @@ static int serve_engine(struct session *s, double timeout, double t0)
 	return rc;
 }
 
-/* The child that serves one complete session; never returns. */
-static void __attribute__((noreturn)) serve_session(struct session *s, double timeout)
+/* Serves one complete session and ends its connections: -errno or 0. */
+static int serve_session(struct session *s, double timeout)
 {
 	const struct ub_hello *h = &s->hello;
 	double t0 = ub_now();
 	int rc;
 
-	prctl(PR_SET_PDEATHSIG, SIGTERM);
 	ub_watchdog(h->duration_us / 1e6 * 3 + timeout * 3 + 30);
 	if (h->test == UB_LATENCY) {
 		struct ub_opts o = {.timeout = timeout};
@@ -156,15 +155,24 @@ static void __attribute__((noreturn)) serve_session(struct session *s, double ti
 	/* End each connection explicitly, shutdown first: exit's implicit close is
 	 * invisible to an interposer, and a close of a socket that fork shared may not
 	 * count as the end of the stream there. */
-	for (int i = 0; i < s->n; i++) {
+	for (int i = 0; i < s->n; i++)
 		shutdown(s->fds[i], SHUT_WR);
-		close(s->fds[i]);
-	}
-	_exit(rc < 0);
+	ub_watchdog(0);
+	return rc;
 }
+
+/* --inline: sessions one after another in this process, never forked. */
+static int inline_sessions;
 
 static void start_session(int lfd, struct session *s, double timeout)
 {
+	if (inline_sessions) {
+		ub_cpu_base = ub_cpu_self(); /* the session's trailers count its own CPU */
+		serve_session(s, timeout);
+		ub_cpu_base = 0;
+		session_close(s);
+		return;
+	}
 	pid_t pid = fork();
 
 	if (pid < 0) {
@@ -177,7 +185,11 @@ static void start_session(int lfd, struct session *s, double timeout)
 			if (&pending[i] != s)
 				for (int j = 0; j < pending[i].n; j++)
 					close(pending[i].fds[j]);
-		serve_session(s, timeout);
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		int rc = serve_session(s, timeout);
+		for (int i = 0; i < s->n; i++)
+			close(s->fds[i]);
+		_exit(rc < 0);
 	}
 	session_close(s);
 }
@@ -232,6 +244,7 @@ int ub_server_run(int lfd, const struct ub_opts *o)
 {
 	struct pollfd p = {.fd = lfd, .events = POLLIN};
 
+	inline_sessions = o->inline_sessions;
 	signal(SIGCHLD, SIG_DFL);
 	for (;;) {
 		int r = poll(&p, 1, 500);

@@ -22,6 +22,8 @@ double ub_now(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+double ub_cpu_base;
+
 /* User plus system CPU seconds of this process so far (zero right after fork). */
 double ub_cpu_self(void)
 {

@@ -45,6 +45,9 @@ static void usage(FILE *f)
 		"roles: (default) fork a server on loopback and run the client against it\n"
 		"  --server ADDR:PORT    serve until killed (PORT 0: the kernel picks, printed)\n"
 		"  --client HOST:PORT    run the tests against a --server elsewhere\n"
+		"  --inline              the server runs each session itself, one after another,\n"
+		"                        instead of in a forked child (a transport that keeps a\n"
+		"                        connection with the process that set it up keeps it)\n"
 		"  --unix PATH           Unix domain stream sockets at PATH instead of TCP\n"
 		"options:\n"
 		"  --quick               short rows, fewer sizes and client counts (smoke runs)\n"
@@ -152,7 +155,8 @@ static void apply_defaults(struct ub_opts *o, int have_sizes, int have_clients, 
 }
 
 enum { O_SERVER = 256, O_CLIENT, O_UNIX, O_QUICK, O_SIZES, O_CLIENTS, O_STREAM, O_HOT,
-       O_TIME, O_MODE, O_WINDOW, O_ITERS, O_FETCH, O_TIMEOUT, O_LABEL, O_JSON, O_LINES };
+       O_TIME, O_MODE, O_WINDOW, O_ITERS, O_FETCH, O_TIMEOUT, O_LABEL, O_JSON, O_LINES,
+       O_INLINE };
 
 static const struct option longopts[] = {
 	{"server", 1, 0, O_SERVER},   {"client", 1, 0, O_CLIENT},   {"unix", 1, 0, O_UNIX},
@@ -161,6 +165,7 @@ static const struct option longopts[] = {
 	{"mode", 1, 0, O_MODE},	      {"window", 1, 0, O_WINDOW},   {"iters", 1, 0, O_ITERS},
 	{"fetch", 1, 0, O_FETCH},     {"timeout", 1, 0, O_TIMEOUT}, {"label", 1, 0, O_LABEL},
 	{"json", 1, 0, O_JSON},	      {"json-lines", 0, 0, O_LINES}, {"help", 0, 0, 'h'},
+	{"inline", 0, 0, O_INLINE},
 	{0, 0, 0, 0}};
 
 static void parse_clients(struct ub_opts *o, const char *arg)
@@ -185,6 +190,9 @@ static void parse_option(struct ub_opts *o, int c, const char *arg, int *have)
 		break;
 	case O_UNIX:
 		o->unix_path = arg;
+		break;
+	case O_INLINE:
+		o->inline_sessions = 1;
 		break;
 	case O_QUICK:
 		o->quick = 1;
@@ -261,6 +269,8 @@ static void parse_options(int argc, char **argv, struct ub_opts *o)
 		o->tests |= parse_test(argv[i]);
 	if (o->server_only && o->client_only)
 		bad("%s", "--server and --client exclude each other");
+	if (o->inline_sessions && o->client_only)
+		bad("%s", "--inline is the server's (with --server, or without a role)");
 	if (o->unix_path && strlen(o->unix_path) >= 100)
 		bad("unix socket path too long: %s", o->unix_path);
 	apply_defaults(o, have[0], have[1], have[2]);

@@ -18,11 +18,11 @@ the bench's own, so every port is free).
                    "Latency is" summary: that one averages only the exchanges of a valid
                    period and is missing ("No valid observations") when the exchanges take
                    milliseconds. Where both exist they agree (14.5 us, kernel TCP here).
-                   sockperf, not ulsock-bench: ulsock-bench --server forks a child per
-                   session, and a connection moves back to kernel TCP at a fork in this cut
-                   of the fabric transport (or stays there, "declined (the socket moved to a
-                   forked child first)"), so it cannot measure the fabric. sockperf serves in one
-                   process and is the program of the one-host pp64 row.
+                   sockperf, the program of the one-host pp64 row, which serves in one
+                   process. (ulsock-bench's --server forks a child per session, and a
+                   connection moves back to kernel TCP at a fork in this cut of the fabric
+                   transport; with --inline it serves in its own process and stays on the
+                   fabric: test_bench_across_hosts_inline.)
                    reference: `fi_pingpong -p tcp -e rdm -S 64 -I ITERS`, its usec/xfer
                    (elapsed time over 2 x ITERS transfers: also the mean half round trip,
                    busy-polling the completion queue). sockperf runs for a time and

@@ -20,6 +20,7 @@ providers without a wait fd, link-down detection.
 
 Skips where namespaces cannot be made (not root)."""
 
+import json
 import os
 import random
 import re
@@ -29,6 +30,7 @@ import pytest
 
 from conftest import BUILD, PLAIN, expect_paths, run_net_client
 from fabric_hosts import FABRIC_LINE, NET_PROVIDER, PROVIDER, Hosts, wake_counts
+from ulstest.logs import PATH_LINE, matches
 
 CASES_READY = [f"{m}_{c}" for m in ("poll", "select", "epoll")
                for c in ("later", "full", "eof_shut", "eof_close")] + [
@@ -267,6 +269,39 @@ def test_bench_across_hosts(hosts):
     assert "moved back to kernel TCP (the peer asked)" in log, client.describe()
     server.stop()
     assert "moved back to kernel TCP" in server.log_text(), server.describe()
+
+
+def test_bench_across_hosts_inline(hosts):
+    """ulsock-bench --server --inline serves each session in its own process: every
+    connection of the latency, bandwidth and hotspot rows stays on the fabric from the
+    hello to the trailer (no move back to kernel TCP on either side), and every row is
+    verified byte for byte against the server's counts."""
+    hosts.env["ULSOCK_FABRIC_PEERS"] = f"{hosts.saddr.rsplit('.', 1)[0]}.0/24"
+    server = hosts.uls.start([BENCH, "--server", f"{hosts.saddr}:0", "--inline",
+                              "--timeout", "5"],
+                             name="bench-server", env=hosts.env, wrap=hosts.s.prefix,
+                             ready=r"listening on port (\d+)")
+    port = int(server.ready.group(1))
+    client = hosts.uls.run([BENCH, "latency", "bw", "hotspot", "--client",
+                            f"{hosts.saddr}:{port}", "--sizes", "64,64K", "--clients", "1,4",
+                            "--time", "0.2", "--iters", "1000", "--mode", "block",
+                            "--timeout", "5", "--json-lines"],
+                           name="bench-client", env=hosts.env, wrap=hosts.c.prefix,
+                           timeout=90)
+    rows = [json.loads(ln) for ln in client.output().splitlines() if ln.startswith("{")]
+    assert {r["test"] for r in rows} == {"latency", "bw", "hotspot"}, client.output()
+    for r in rows:
+        assert r["verified"] is True, r
+        assert r["bytes_sent"] == r["server_bytes_received"] > 0, r
+        assert r["bytes_received"] == r["server_bytes_sent"], r
+    server.stop()
+    for side in (client, server):
+        paths = matches(side.log_text(), PATH_LINE)
+        assert paths and all(p["path"] == "fabric" for p in paths), side.describe()
+        assert "moved back to kernel TCP" not in side.log_text(), side.describe()
+    # latency 64 B and 64 KiB, bw the same, hotspot 1 and 4 clients: 1 + 1 + 1 + 1 + 1 + 4
+    # connections, each logged once by each side.
+    assert len(matches(client.log_text(), PATH_LINE)) >= 9, client.describe()
 
 
 def test_ulflow_across_hosts(hosts, tmp_path):
