@@ -8,9 +8,12 @@
  * a message, and one without a descriptor (udp;ofi_rxd) is told so and polls. Messages
  * travel from and into the slots of registered pools (pool.h), whose rules are checked
  * too: every slot once, none twice, a double or foreign give-back refused, within the
- * memlock budget.
+ * memlock budget. Where the endpoint reports sources (FI_SOURCE), each message names its
+ * sender's entry in the address vector, and one from a process never added (a stranger
+ * that knows the address) names none, which is what the transport's check of a message
+ * against its connection's peer rests on.
  *
- * usage: test_fabric_ep [PROVIDER...]   (default: tcp;ofi_rxm udp;ofi_rxd)
+ * usage: test_fabric_ep [PROVIDER...]   (default: tcp;ofi_rxm udp;ofi_rxd net)
  */
 #include <signal.h>
 #include <stdio.h>
@@ -33,6 +36,7 @@
 #define MAX_LEN (64u << 10)
 #define TAG_DATA 0x5eed000000000000ull
 #define TAG_OTHER 0x0a7e000000000000ull
+#define TAG_STRANGER 0x0bad000000000000ull
 
 /* Is a file whose name contains what mapped in this process? */
 static int mapped(const char *what)
@@ -61,15 +65,17 @@ static void fill(uint8_t *p, size_t n, unsigned i)
 		p[k] = (uint8_t)(i * 131 + k * 7 + (k >> 8));
 }
 
-/* Waits for the next completion: asleep on the wait descriptor where there is one. */
-static void next_completion(struct uls_fab_ep *e, struct fi_cq_tagged_entry *c, int *slept)
+/* Waits for the next completion: asleep on the wait descriptor where there is one. Its
+ * sender's address goes to *from where from is not NULL and e reports sources. */
+static void next_completion(struct uls_fab_ep *e, struct fi_cq_tagged_entry *c, int *slept,
+			    fi_addr_t *from)
 {
 	void *err_ctx = NULL;
 	time_t deadline = time(NULL) + 30; /* a peer gone never answers: fail, never spin on */
 
 	for (;;) {
 		CHECK(time(NULL) < deadline);
-		ssize_t r = uls_fab_ep_poll(e, c, 1, &err_ctx);
+		ssize_t r = uls_fab_ep_poll(e, c, 1, from, &err_ctx);
 		if (r == 1)
 			return;
 		if (r < 0)
@@ -100,12 +106,12 @@ static void send_all(struct uls_fab_ep *e, struct uls_fab_pool *tx, const void *
 	memcpy(buf, data, len);
 	while ((r = uls_fab_ep_tsend(e, buf, len, tx->desc, to, tag, &ctx)) == -FI_EAGAIN) {
 		void *err_ctx;
-		CHECK(uls_fab_ep_poll(e, &c, 1, &err_ctx) >= 0);
+		CHECK(uls_fab_ep_poll(e, &c, 1, NULL, &err_ctx) >= 0);
 	}
 	CHECK_INT(r, ==, 0);
 	/* The send's own completion: the buffer is free again. */
 	for (;;) {
-		next_completion(e, &c, &slept);
+		next_completion(e, &c, &slept, NULL);
 		if (c.op_context == &ctx)
 			break;
 	}
@@ -114,9 +120,9 @@ static void send_all(struct uls_fab_ep *e, struct uls_fab_pool *tx, const void *
 }
 
 /* Receives one message of tag into a slot of rx, which must be exactly want bytes, and
- * copies it to buf. */
+ * copies it to buf; its sender's address to *from as next_completion does. */
 static void recv_one(struct uls_fab_ep *e, struct uls_fab_pool *rx, uint8_t *buf, size_t want,
-		     uint64_t tag, int *slept)
+		     uint64_t tag, int *slept, fi_addr_t *from)
 {
 	struct fi_context ctx;
 	struct fi_cq_tagged_entry c;
@@ -128,10 +134,10 @@ static void recv_one(struct uls_fab_ep *e, struct uls_fab_pool *rx, uint8_t *buf
 	while ((r = uls_fab_ep_trecv(e, slot, rx->slot_size, rx->desc, FI_ADDR_UNSPEC, tag, 0,
 				     &ctx)) == -FI_EAGAIN) {
 		void *err_ctx;
-		CHECK(uls_fab_ep_poll(e, &c, 1, &err_ctx) >= 0);
+		CHECK(uls_fab_ep_poll(e, &c, 1, NULL, &err_ctx) >= 0);
 	}
 	CHECK_INT(r, ==, 0);
-	next_completion(e, &c, slept);
+	next_completion(e, &c, slept, from);
 	CHECK(c.op_context == &ctx);
 	CHECK(c.flags & FI_RECV);
 	CHECK_U64(c.tag, ==, tag);
@@ -236,13 +242,72 @@ static void sender(const char *prov, int sock)
 		fill(buf, n, i);
 		send_all(&e, &tx, buf, n, parent, TAG_DATA | i);
 	}
-	recv_one(&e, &rx, buf, 5, TAG_DATA, &slept);
+	recv_one(&e, &rx, buf, 5, TAG_DATA, &slept, NULL);
 	CHECK_MEM(buf, "done!", 5);
 	uls_fab_pool_close(&tx);
 	uls_fab_pool_close(&rx);
 	uls_fab_ep_close(&e);
 	free(buf);
 	exit(0);
+}
+
+/*
+ * A third process that knows the receiver's address but is not in its address vector:
+ * sends one message of TAG_STRANGER, then waits for the receiver's word that it arrived.
+ */
+static void stranger(const char *prov, int sock)
+{
+	struct uls_fab_ep e;
+	struct uls_fab_pool tx, rx;
+	uint8_t peer[ULS_FAB_ADDR_MAX], ok;
+	uint64_t n;
+	fi_addr_t to;
+	char why[160];
+
+	if (uls_fab_ep_open(&e, prov, "127.0.0.1", why, sizeof(why)) < 0)
+		check_context("stranger: %s", why);
+	CHECK(e.ep != NULL);
+	pools_open(&e, &tx, &rx);
+	CHECK_INT(read(sock, &n, sizeof(n)), ==, (int)sizeof(n));
+	CHECK_U64(n, <=, sizeof(peer));
+	CHECK_INT(read(sock, peer, n), ==, (int)n);
+	CHECK_EQ(uls_fab_ep_insert(&e, peer, n, &to), 0);
+	send_all(&e, &tx, "stranger", 8, to, TAG_STRANGER);
+	CHECK_INT(read(sock, &ok, 1), ==, 1);
+	uls_fab_pool_close(&tx);
+	uls_fab_pool_close(&rx);
+	uls_fab_ep_close(&e);
+	exit(0);
+}
+
+/* Where the endpoint reports sources: a message from a process it never added says so
+ * (FI_ADDR_NOTAVAIL), which is how the transport tells it from a connection's peer. */
+static void check_stranger(const char *prov, struct uls_fab_ep *e, struct uls_fab_pool *rx)
+{
+	int sv[2], status, slept = 0;
+	uint64_t n = e->addr_len;
+	uint8_t buf[8];
+	fi_addr_t from = 0; /* the child's entry: a provider that wrote nothing fails */
+
+	CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(sv[0]);
+		stranger(prov, sv[1]);
+	}
+	close(sv[1]);
+	CHECK_INT(write(sv[0], &n, sizeof(n)), ==, (int)sizeof(n));
+	CHECK_INT(write(sv[0], e->addr, e->addr_len), ==, (int)e->addr_len);
+	recv_one(e, rx, buf, 8, TAG_STRANGER, &slept, &from);
+	CHECK_MEM(buf, "stranger", 8);
+	CHECK_U64(from, ==, FI_ADDR_NOTAVAIL);
+	CHECK_INT(write(sv[0], "k", 1), ==, 1);
+	CHECK_EQ(waitpid(pid, &status, 0), pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	close(sv[0]);
+	printf("%s: a stranger's message arrives with no source\n", prov);
 }
 
 static void run(const char *prov)
@@ -280,9 +345,9 @@ static void run(const char *prov)
 	CHECK(uls_fab_loaded());
 	CHECK(mapped("libfabric"));
 	CHECK(strstr(prov, e.prov) != NULL || strstr(e.prov, prov) != NULL);
-	printf("%s: provider %s, fabric %s, wait fd %d, address %zu bytes, mr_mode %#llx\n", prov,
-	       e.prov, e.fabric_name, e.wait_fd, e.addr_len,
-	       (unsigned long long)e.info->domain_attr->mr_mode);
+	printf("%s: provider %s, fabric %s, wait fd %d, address %zu bytes, mr_mode %#llx, "
+	       "sources %s\n", prov, e.prov, e.fabric_name, e.wait_fd, e.addr_len,
+	       (unsigned long long)e.info->domain_attr->mr_mode, e.source ? "reported" : "not");
 	pool_rules(&e);
 	struct uls_fab_pool tx, rx;
 	pools_open(&e, &tx, &rx);
@@ -293,13 +358,18 @@ static void run(const char *prov)
 	 */
 	for (unsigned i = 0; i < ROUNDS; i++) {
 		size_t n = len_of(i);
-		recv_one(&e, &rx, buf, n, TAG_DATA | i, &slept);
+		fi_addr_t from = FI_ADDR_NOTAVAIL;
+		recv_one(&e, &rx, buf, n, TAG_DATA | i, &slept, &from);
 		fill(want, n, i);
 		CHECK_MEM(buf, want, n);
-		recv_one(&e, &rx, other, 16, TAG_OTHER | i, &slept);
+		if (e.source) /* each message names its sender: the child's entry */
+			CHECK_U64(from, ==, child);
+		recv_one(&e, &rx, other, 16, TAG_OTHER | i, &slept, NULL);
 		fill(want, 16, i + 100000);
 		CHECK_MEM(other, want, 16);
 	}
+	if (e.source)
+		check_stranger(prov, &e, &rx);
 	send_all(&e, &tx, "done!", 5, child, TAG_DATA);
 	CHECK_EQ(waitpid(pid, &status, 0), pid);
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -317,9 +387,9 @@ static void run(const char *prov)
 
 int main(int argc, char **argv)
 {
-	static const char *defaults[] = {"tcp;ofi_rxm", "udp;ofi_rxd"};
+	static const char *defaults[] = {"tcp;ofi_rxm", "udp;ofi_rxd", "net"};
 	const char **provs = argc > 1 ? (const char **)argv + 1 : defaults;
-	int n = argc > 1 ? argc - 1 : 2;
+	int n = argc > 1 ? argc - 1 : 3;
 
 	/* Nothing has loaded libfabric: only an endpoint does (a process that never makes an
 	 * inter-host connection never maps it), checked in each run's process. */

@@ -155,6 +155,28 @@ static void ask_writes(struct uls_fab_ep *e, const char *node)
 			      FI_MR_LOCAL | FI_MR_PROV_KEY);
 }
 
+/*
+ * Each message's source (FI_SOURCE), asked with what reads or writes took, so that a
+ * message can be checked against its connection's peer (protocol.md 9.11): taken where
+ * granted on the same terms, else messages are told apart by their tags alone. Not on
+ * ofi_rxd (udp;ofi_rxd, libfabric 1.17), which grants it but names a sender it has no
+ * address for as the table's first entry (test_fabric_ep): a check there would take a
+ * stranger for a peer.
+ */
+static void ask_source(struct uls_fab_ep *e, const char *node)
+{
+	if (strstr(e->info->fabric_attr->prov_name, "ofi_rxd"))
+		return;
+	uint64_t rma = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+	uint64_t order = e->writes ? FI_ORDER_SAW | FI_ORDER_WAW | FI_ORDER_SAS : 0;
+	uint64_t refused = e->writes  ? FI_MR_LOCAL | FI_MR_PROV_KEY
+			   : e->reads ? FI_MR_LOCAL
+				      : 0;
+
+	e->source = ask_again(e, node, (e->info->caps & rma) | FI_SOURCE, order,
+			      e->info->domain_attr->mr_mode, refused);
+}
+
 static int fail(struct uls_fab_ep *e, char *why, size_t wlen, const char *step, int r)
 {
 	snprintf(why, wlen, "%s: %s", step, uls_fab.strerror(r < 0 ? -r : r));
@@ -185,6 +207,7 @@ int uls_fab_ep_open(struct uls_fab_ep *e, const char *prov, const char *node, ch
 		ask_reads(e, node);
 	else if (strcmp(e->info->fabric_attr->prov_name, "shm") != 0)
 		ask_writes(e, node);
+	ask_source(e, node);
 	if ((r = uls_fab.fabric(e->info->fabric_attr, &e->fabric, NULL)))
 		return fail(e, why, wlen, "fi_fabric", r);
 	if ((r = fi_domain(e->fabric, e->info, &e->domain, NULL)))
@@ -314,10 +337,10 @@ ssize_t uls_fab_ep_write(struct uls_fab_ep *e, const void *buf, size_t len, fi_a
 }
 
 ssize_t uls_fab_ep_poll(struct uls_fab_ep *e, struct fi_cq_tagged_entry *out, size_t n,
-			void **err_ctx)
+			fi_addr_t *src, void **err_ctx)
 {
 	uls_inside_begin();
-	ssize_t r = fi_cq_read(e->cq, out, n);
+	ssize_t r = e->source && src ? fi_cq_readfrom(e->cq, out, n, src) : fi_cq_read(e->cq, out, n);
 	if (r == -FI_EAGAIN) {
 		r = 0;
 	} else if (r == -FI_EAVAIL) {

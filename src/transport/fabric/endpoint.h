@@ -32,6 +32,7 @@ struct uls_fab_ep {
 	int wait_fd; /* the CQ's wait descriptor, or -1: the provider has none */
 	int reads;   /* RMA reads of a peer's registered memory (uls_fab_ep_read) */
 	int writes;  /* RMA writes into it, ordered before later sends (uls_fab_ep_write) */
+	int source;  /* each message's source is reported (FI_SOURCE: uls_fab_ep_poll) */
 	size_t addr_len;
 	uint8_t addr[ULS_FAB_ADDR_MAX]; /* this endpoint's address (fi_getname) */
 	char prov[32];                 /* the provider, as fi_info names it */
@@ -95,9 +96,12 @@ ssize_t uls_fab_ep_write(struct uls_fab_ep *e, const void *buf, size_t len, fi_a
 /*
  * Reads up to n completions into out, which also progresses the endpoint: the count, 0
  * when there is none, the negative errno of an error completion (its operation's
- * context in *err_ctx), or another -FI_errno.
+ * context in *err_ctx), or another -FI_errno. Where e->source is set and src is not NULL,
+ * src[i] is the address of completion i's sender for a receive: its entry in the address
+ * vector, or FI_ADDR_NOTAVAIL for a sender that has none (for a send, meaningless).
  */
 ssize_t uls_fab_ep_poll(struct uls_fab_ep *e, struct fi_cq_tagged_entry *out, size_t n,
+			fi_addr_t *src,
 			void **err_ctx);
 
 /*

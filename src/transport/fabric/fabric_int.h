@@ -323,9 +323,10 @@ void fab_wrote_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len);
 /* The connection ends: its ring's registration goes, or stays with the memory while the
  * peer may still write (until fab_ring_late sees the peer's last message). */
 void fab_ring_release(struct fab_conn *f);
-/* A message of type for a connection that is gone, tag its own: a FIN, REVERT or RESET
- * ends its peer's writes, and its lingering ring goes. */
-void fab_ring_late(uint64_t tag, uint8_t type);
+/* A message of type for a connection that is gone, tag its own, from src (FI_ADDR_UNSPEC:
+ * not known): a FIN, REVERT or RESET ends its peer's writes, and its lingering ring goes
+ * (only the one shared with src where src is known). */
+void fab_ring_late(uint64_t tag, uint8_t type, fi_addr_t src);
 /* The pair with peer failed (9.8): nothing more comes from it, its lingering rings go. */
 void fab_ring_pair_failed(fi_addr_t peer);
 /* proc.c: one RMA write of f's (fab.mu held): 0 or -errno (-EAGAIN: none now). */

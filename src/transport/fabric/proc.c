@@ -247,8 +247,9 @@ int fab_open_at(const struct sockaddr_storage *local)
 	if (!at_exit)
 		at_exit = atexit(fab_last_words) == 0;
 	uls_info("fabric: provider %s, fabric %s, %u receive and %u send slots of %u bytes, "
-		 "%u and %u of %u", fab.ep.prov, fab.ep.fabric_name, nrx, ntx, SLOT_SIZE, nrb, ntb,
-		 BULK_SIZE);
+		 "%u and %u of %u; %s%s%s", fab.ep.prov, fab.ep.fabric_name, nrx, ntx, SLOT_SIZE,
+		 nrb, ntb, BULK_SIZE, fab.ep.reads ? "reads, " : "", fab.ep.writes ? "writes, " : "",
+		 fab.ep.source ? "sources checked" : "sources not reported (tags only)");
 	return 0;
 }
 
@@ -837,7 +838,18 @@ static void conn_take(struct fab_conn *f, const struct uls_fab_hdr *h, const uin
 	}
 }
 
-static void rx_done(struct fab_op *op, size_t len)
+/*
+ * A connection's message from src (where the provider names sources, fab.ep.source): from
+ * the connection's peer, or dropped (9.11). A sender with no entry in the address vector
+ * is no peer of this process; one with an entry but another connection's tag cannot
+ * reach that connection, nor end a closed one's lingering ring.
+ */
+static int from_peer(const struct fab_conn *f, fi_addr_t src)
+{
+	return !fab.ep.source || (src != FI_ADDR_NOTAVAIL && (!f || src == f->peer));
+}
+
+static void rx_done(struct fab_op *op, size_t len, fi_addr_t src)
 {
 	const uint8_t *slot = uls_fab_slot(op->pool, op->idx);
 	struct uls_fab_hdr h;
@@ -850,12 +862,16 @@ static void rx_done(struct fab_op *op, size_t len)
 			fab_hs_arrival(&h, slot + FAB_HDR);
 		} else {
 			struct fab_conn *f = fab_by_tag(h.tag);
-			/* An unknown tag is a closed connection's late message: dropped (its
-			 * lingering ring may go with it). */
-			if (f)
+			if (!from_peer(f, src)) {
+				uls_dbg("fabric: %s for a known tag from another source, dropped",
+					uls_fab_type_name(h.type));
+			} else if (f) {
 				conn_take(f, &h, slot + FAB_HDR);
-			else
-				fab_ring_late(h.tag, h.type);
+			} else {
+				/* An unknown tag is a closed connection's late message: dropped
+				 * (its lingering ring, the sender's, may go with it). */
+				fab_ring_late(h.tag, h.type, fab.ep.source ? src : FI_ADDR_UNSPEC);
+			}
 		}
 	}
 	post_rx(op);
@@ -921,6 +937,7 @@ static void tx_done(struct fab_op *op, int err)
 void fab_progress(void)
 {
 	struct fi_cq_tagged_entry ev[16];
+	fi_addr_t src[16];
 	static int depth; /* fab.mu held: an answer sent from a dispatch does not recurse */
 
 	if (fab.state <= 0 || fab.pid != uls_pid() || depth)
@@ -928,7 +945,7 @@ void fab_progress(void)
 	depth = 1;
 	for (int round = 0; round < 16; round++) {
 		void *ectx = NULL;
-		ssize_t n = uls_fab_ep_poll(&fab.ep, ev, 16, &ectx);
+		ssize_t n = uls_fab_ep_poll(&fab.ep, ev, 16, src, &ectx);
 		if (n == 0)
 			break;
 		if (n < 0) {
@@ -958,7 +975,7 @@ void fab_progress(void)
 			if (op == &rd_op)
 				rd_state = RD_DONE;
 			else if (op->rx)
-				rx_done(op, ev[i].len);
+				rx_done(op, ev[i].len, src[i]);
 			else
 				tx_done(op, 0);
 		}

@@ -160,10 +160,10 @@ static void ring_drop(uint64_t tag, fi_addr_t peer)
 	}
 }
 
-void fab_ring_late(uint64_t tag, uint8_t type)
+void fab_ring_late(uint64_t tag, uint8_t type, fi_addr_t src)
 {
 	if (type == ULS_FAB_FIN || type == ULS_FAB_REVERT || type == ULS_FAB_RESET)
-		ring_drop(tag, FI_ADDR_UNSPEC);
+		ring_drop(tag, src);
 }
 
 void fab_ring_pair_failed(fi_addr_t peer)
