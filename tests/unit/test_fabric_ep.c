@@ -203,20 +203,54 @@ static void pool_rules(struct uls_fab_ep *e)
 	}
 }
 
-/* The two processes swap endpoint addresses over a socket pair and add each other. */
-static fi_addr_t meet(struct uls_fab_ep *e, int sock)
+/* e's address, told over sock. */
+static void give_addr(struct uls_fab_ep *e, int sock)
 {
-	uint8_t peer[ULS_FAB_ADDR_MAX];
 	uint64_t n = e->addr_len;
-	fi_addr_t a;
 
 	CHECK_INT(write(sock, &n, sizeof(n)), ==, (int)sizeof(n));
 	CHECK_INT(write(sock, e->addr, e->addr_len), ==, (int)e->addr_len);
+}
+
+/* The address told over sock, added to e's address vector. */
+static fi_addr_t take_addr(struct uls_fab_ep *e, int sock)
+{
+	uint8_t peer[ULS_FAB_ADDR_MAX];
+	uint64_t n;
+	fi_addr_t a;
+
 	CHECK_INT(read(sock, &n, sizeof(n)), ==, (int)sizeof(n));
 	CHECK_U64(n, <=, sizeof(peer));
 	CHECK_INT(read(sock, peer, n), ==, (int)n);
 	CHECK_EQ(uls_fab_ep_insert(e, peer, n, &a), 0);
 	return a;
+}
+
+/* The two processes swap endpoint addresses over a socket pair and add each other. */
+static fi_addr_t meet(struct uls_fab_ep *e, int sock)
+{
+	give_addr(e, sock);
+	return take_addr(e, sock);
+}
+
+/* fn(prov, its end of a socket pair) in a child that dies with this process (fn never
+ * returns); *sock is this side's end. */
+static pid_t spawn(void (*fn)(const char *, int), const char *prov, int *sock)
+{
+	int sv[2];
+
+	CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		close(sv[0]);
+		fn(prov, sv[1]);
+		exit(1); /* fn ends the child itself */
+	}
+	close(sv[1]);
+	*sock = sv[0];
+	return pid;
 }
 
 /* The child: sends ROUNDS messages, each preceded by one of another tag, then waits for
@@ -259,20 +293,14 @@ static void stranger(const char *prov, int sock)
 {
 	struct uls_fab_ep e;
 	struct uls_fab_pool tx, rx;
-	uint8_t peer[ULS_FAB_ADDR_MAX], ok;
-	uint64_t n;
-	fi_addr_t to;
+	uint8_t ok;
 	char why[160];
 
 	if (uls_fab_ep_open(&e, prov, "127.0.0.1", why, sizeof(why)) < 0)
 		check_context("stranger: %s", why);
 	CHECK(e.ep != NULL);
 	pools_open(&e, &tx, &rx);
-	CHECK_INT(read(sock, &n, sizeof(n)), ==, (int)sizeof(n));
-	CHECK_U64(n, <=, sizeof(peer));
-	CHECK_INT(read(sock, peer, n), ==, (int)n);
-	CHECK_EQ(uls_fab_ep_insert(&e, peer, n, &to), 0);
-	send_all(&e, &tx, "stranger", 8, to, TAG_STRANGER);
+	send_all(&e, &tx, "stranger", 8, take_addr(&e, sock), TAG_STRANGER);
 	CHECK_INT(read(sock, &ok, 1), ==, 1);
 	uls_fab_pool_close(&tx);
 	uls_fab_pool_close(&rx);
@@ -284,29 +312,19 @@ static void stranger(const char *prov, int sock)
  * (FI_ADDR_NOTAVAIL), which is how the transport tells it from a connection's peer. */
 static void check_stranger(const char *prov, struct uls_fab_ep *e, struct uls_fab_pool *rx)
 {
-	int sv[2], status, slept = 0;
-	uint64_t n = e->addr_len;
+	int sock, status, slept = 0;
 	uint8_t buf[8];
 	fi_addr_t from = 0; /* the child's entry: a provider that wrote nothing fails */
+	pid_t pid = spawn(stranger, prov, &sock);
 
-	CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-	pid_t pid = fork();
-	CHECK(pid >= 0);
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		close(sv[0]);
-		stranger(prov, sv[1]);
-	}
-	close(sv[1]);
-	CHECK_INT(write(sv[0], &n, sizeof(n)), ==, (int)sizeof(n));
-	CHECK_INT(write(sv[0], e->addr, e->addr_len), ==, (int)e->addr_len);
+	give_addr(e, sock);
 	recv_one(e, rx, buf, 8, TAG_STRANGER, &slept, &from);
 	CHECK_MEM(buf, "stranger", 8);
 	CHECK_U64(from, ==, FI_ADDR_NOTAVAIL);
-	CHECK_INT(write(sv[0], "k", 1), ==, 1);
+	CHECK_INT(write(sock, "k", 1), ==, 1);
 	CHECK_EQ(waitpid(pid, &status, 0), pid);
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	close(sv[0]);
+	close(sock);
 	printf("%s: a stranger's message arrives with no source\n", prov);
 }
 
@@ -314,19 +332,11 @@ static void run(const char *prov)
 {
 	struct uls_fab_ep e;
 	char why[160];
-	int sv[2], status, slept = 0;
+	int sock, status, slept = 0;
 	uint8_t *buf, *want, *other;
-
-	CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
 	/* Two processes as two programs would be: each loads libfabric for itself. */
-	pid_t pid = fork();
-	CHECK(pid >= 0);
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		close(sv[0]);
-		sender(prov, sv[1]);
-	}
-	close(sv[1]);
+	pid_t pid = spawn(sender, prov, &sock);
+
 	buf = malloc(MAX_LEN);
 	want = malloc(MAX_LEN);
 	other = malloc(16);
@@ -351,7 +361,7 @@ static void run(const char *prov)
 	pool_rules(&e);
 	struct uls_fab_pool tx, rx;
 	pools_open(&e, &tx, &rx);
-	fi_addr_t child = meet(&e, sv[0]);
+	fi_addr_t child = meet(&e, sock);
 	/*
 	 * Receives only of TAG_DATA | i, in order: each message of the other tag sent before
 	 * it must wait for its own receive (posted after), never satisfy this one.
@@ -379,7 +389,7 @@ static void run(const char *prov)
 	uls_fab_pool_close(&tx);
 	uls_fab_pool_close(&rx);
 	uls_fab_ep_close(&e);
-	close(sv[0]);
+	close(sock);
 	free(buf);
 	free(want);
 	free(other);
