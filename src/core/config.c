@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,15 +217,38 @@ static void close_fd(int fd)
 
 /* The log file must be one this process can append to: it is opened (and created, as
  * uls_log_open would) to find out. A FIFO without a reader yet is fine. */
+/*
+ * Strings read later are kept as copies: a program may overwrite its environment's memory
+ * once started (redis-server, nginx and postgres write their process titles over argv and
+ * the environment after moving it), and a pointer into it would then read the title.
+ */
+static int keep(char *buf, size_t n, const char *s, const char **out,
+		struct ulsock_config_bad *bad)
+{
+	size_t len = strlen(s);
+
+	if (len >= n) {
+		snprintf(bad->problem, sizeof(bad->problem), "is longer than %zu bytes", n - 1);
+		snprintf(bad->used, sizeof(bad->used), "ignored");
+		return -1;
+	}
+	memcpy(buf, s, len + 1);
+	*out = buf;
+	return 0;
+}
+
 static int parse_log_file(const char *s, struct uls_config *cfg, struct ulsock_config_bad *bad)
 {
 	int fd = open(s, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0600);
 
 	if (fd >= 0 || errno == ENXIO) {
+		static char copy[PATH_MAX];
 		if (fd >= 0)
 			close_fd(fd);
-		cfg->log_file = s;
-		return 0;
+		if (keep(copy, sizeof(copy), s, &cfg->log_file, bad) == 0)
+			return 0;
+		snprintf(bad->used, sizeof(bad->used), "logging to standard error");
+		return -1;
 	}
 	snprintf(bad->problem, sizeof(bad->problem), "cannot be opened (%s)", strerror(errno));
 	snprintf(bad->used, sizeof(bad->used), "logging to standard error");
@@ -308,24 +332,24 @@ static int parse_fabric_wait(const char *s, struct uls_config *cfg,
  * connection first needs them (it logs a bad one once, and keeps to TCP). */
 static int keep_fabric_peers(const char *s, struct uls_config *cfg, struct ulsock_config_bad *bad)
 {
-	(void)bad;
-	cfg->fabric_peers = s;
-	return 0;
+	static char copy[4096];
+
+	return keep(copy, sizeof(copy), s, &cfg->fabric_peers, bad);
 }
 
 static int keep_fabric_provider(const char *s, struct uls_config *cfg,
 				struct ulsock_config_bad *bad)
 {
-	(void)bad;
-	cfg->fabric_provider = s;
-	return 0;
+	static char copy[256];
+
+	return keep(copy, sizeof(copy), s, &cfg->fabric_provider, bad);
 }
 
 static int keep_fabric_key(const char *s, struct uls_config *cfg, struct ulsock_config_bad *bad)
 {
-	(void)bad;
-	cfg->fabric_key = s;
-	return 0;
+	static char copy[PATH_MAX];
+
+	return keep(copy, sizeof(copy), s, &cfg->fabric_key, bad);
 }
 
 static const struct {

@@ -24,6 +24,7 @@ import json
 import os
 import random
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -302,6 +303,67 @@ def test_bench_across_hosts_inline(hosts):
     # latency 64 B and 64 KiB, bw the same, hotspot 1 and 4 clients: 1 + 1 + 1 + 1 + 1 + 4
     # connections, each logged once by each side.
     assert len(matches(client.log_text(), PATH_LINE)) >= 9, client.describe()
+
+
+# ------------------------------------------------------------ a real program across hosts
+
+REDIS_PORT = 6379  # the namespaces are the test's own: any port is free
+
+
+def _redis(hosts):
+    """redis-server (Debian's, no persistence, so no forks) in S under ulsock; returns it."""
+    for prog in ("redis-server", "redis-cli", "redis-benchmark"):
+        if not shutil.which(prog):
+            pytest.skip(f"{prog} not installed (scripts/install-deps.sh)")
+    return hosts.uls.start(["redis-server", "--bind", hosts.saddr, "--port", str(REDIS_PORT),
+                            "--save", "", "--appendonly", "no", "--protected-mode", "no"],
+                           name="redis-server", env=hosts.env, wrap=hosts.s.prefix,
+                           ready="Ready to accept connections")
+
+
+def _redis_client(hosts, name, script, ulsock):
+    """sh -c SCRIPT in C (redis-cli and redis-benchmark with -h/-p filled in as $H $P)."""
+    return hosts.uls.run(["sh", "-c", script], name=name, ulsock=ulsock,
+                         env={**hosts.env, "H": hosts.saddr, "P": str(REDIS_PORT)},
+                         wrap=hosts.c.prefix, timeout=120)
+
+
+@pytest.mark.parametrize("client", ["ulsock", "plain"])
+def test_redis_across_hosts(hosts, tmp_path, client):
+    """Debian's redis-server in one namespace host, redis-cli and redis-benchmark in the
+    other, both under ulsock: a 1 MiB binary value set three times and read back three
+    times byte for byte, each redis-cli on one connection that lives past its handshake
+    (-r 3 -i 0.4: a process's first fabric connection waits for libfabric to load), and
+    a 2 s benchmark of SET and GET on 4 connections, all of them on the fabric; the
+    benchmark's first connection (its CONFIG GET) ends before its handshake and stays on
+    TCP, saying so. With a plain client, the same bytes on kernel TCP."""
+    ulsock = client == "ulsock"
+    hosts.env["ULSOCK_FABRIC_PEERS"] = f"{hosts.saddr.rsplit('.', 1)[0]}.0/24"
+    value = random.Random(14).randbytes(1 << 20)
+    (tmp_path / "value").write_bytes(value)
+    server = _redis(hosts)
+    cli = 'redis-cli -h "$H" -p "$P" -r 3 -i 0.4'
+    put = _redis_client(hosts, "redis-set", f'{cli} -x SET big < {tmp_path / "value"}', ulsock)
+    get = _redis_client(hosts, "redis-get", f'{cli} GET big > {tmp_path / "got"}', ulsock)
+    got = (tmp_path / "got").read_bytes()
+    assert got == (value + b"\n") * 3, (len(got), get.describe())
+    bench = _redis_client(hosts, "redis-benchmark",
+                          'redis-benchmark -h "$H" -p "$P" -t set,get -c 4 -n 40000 -d 100 -q',
+                          ulsock)
+    rates = dict(re.findall(r"(SET|GET): ([0-9.]+) requests per second", bench.output()))
+    assert set(rates) == {"SET", "GET"}, bench.describe()
+    server.stop()
+    if not ulsock:
+        spaths = matches(server.log_text(), PATH_LINE)
+        assert spaths and all(p["path"] == "kernel" and p["reason"] for p in spaths), \
+            server.describe()
+        return
+    for proc, least in ((put, 1), (get, 1), (bench, 4)):
+        cpaths = matches(proc.log_text(), PATH_LINE)
+        fabric = [p for p in cpaths if p["path"] == "fabric"]
+        assert len(fabric) >= least, proc.describe()
+        assert all(p["path"] == "fabric" or "closed before the handshake ended" in p["reason"]
+                   for p in cpaths), proc.describe()
 
 
 def test_ulflow_across_hosts(hosts, tmp_path):

@@ -426,10 +426,10 @@ static ssize_t fabric_pass(struct fab_conn *f, struct msghdr *msg, size_t done, 
 			   int flags)
 {
 	/* Bytes already here go without another read of the queue (TCP's recv too returns
-	 * what it holds, not what is on its way). Not offers (9.6): reading one may need what
-	 * the queue holds (a REVERT under way ends the sender's memory; shm's failed reads),
-	 * and without that read a receive found nothing and took it for the end of the
-	 * stream (test_move_back_with_offers[async], 3 runs in 8). */
+	 * what it holds, not what is on its way). Not while offers are pending (9.6): an
+	 * offer read from the sender's memory before what the queue holds about it (a move
+	 * back under way) failed and reset the connection (test_move_back_with_offers[async],
+	 * 3 runs in 8). */
 	if (f->rx_in == f->rx_out || f->off_n)
 		fab_progress();
 	if (f->rx_in > f->rx_out) {
