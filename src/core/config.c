@@ -215,8 +215,6 @@ static void close_fd(int fd)
 		close(fd);
 }
 
-/* The log file must be one this process can append to: it is opened (and created, as
- * uls_log_open would) to find out. A FIFO without a reader yet is fine. */
 /*
  * Strings read later are kept as copies: a program may overwrite its environment's memory
  * once started (redis-server, nginx and postgres write their process titles over argv and
@@ -237,6 +235,8 @@ static int keep(char *buf, size_t n, const char *s, const char **out,
 	return 0;
 }
 
+/* The log file must be one this process can append to: it is opened (and created, as
+ * uls_log_open would) to find out. A FIFO without a reader yet is fine. */
 static int parse_log_file(const char *s, struct uls_config *cfg, struct ulsock_config_bad *bad)
 {
 	int fd = open(s, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0600);

@@ -203,7 +203,7 @@ struct fab_proc {
 	int npeers, peers_cap;
 	uint64_t tx_done; /* sends completed: their slots are free again */
 	_Atomic uint32_t tx_posted; /* sends posted or deferred, not completed */
-	uint64_t progressed_ns; /* when fab_progress last found the queue empty */
+	uint64_t progressed_ns; /* when fab_progress last read the queue (fab_progress_fresh) */
 };
 
 extern struct fab_proc fab;
@@ -215,7 +215,7 @@ extern const struct uls_transport_ops uls_fabric_transport;
 int fab_open_at(const struct sockaddr_storage *local);
 /* Reads completions and dispatches them (fab.mu held). */
 void fab_progress(void);
-/* fab_progress unless it found the queue empty less than FAB_FRESH_NS ago (fab.mu held):
+/* fab_progress unless it read the queue less than FAB_FRESH_NS ago (fab.mu held):
  * for calls that can go on without news (a send with room), where another read would
  * cost the provider's progress, a system call on tcp, for nothing new. What arrived in
  * between is seen at the next call, as if it had come that much later. */
