@@ -362,13 +362,10 @@ int uls_epoll_wait(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int 
 		/* Plain descriptors only: in naps while a transport has work nothing wakes
 		 * this thread for (poll.c, kernel_ppoll_pushing). */
 		for (;;) {
-			int64_t left = uls_ns_remaining(deadline, timeout_ns);
-			int64_t nap = (int64_t)uls_transports_nap_ns();
-			if (!nap || (left >= 0 && left <= nap)) {
-				n = kernel_pass(ep, epfd, evs, max, left, mask);
-				break;
-			}
-			if ((n = kernel_pass(ep, epfd, evs, max, nap, mask)) != 0)
+			int64_t ns = uls_ns_remaining(deadline, timeout_ns);
+			int napped = uls_nap_cap(&ns);
+			n = kernel_pass(ep, epfd, evs, max, ns, mask);
+			if (!napped || n != 0)
 				break;
 		}
 		pthread_mutex_unlock(&ep->mu);
@@ -431,9 +428,7 @@ int uls_epoll_wait(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int 
 		if (ep->bounded && (left < 0 || left > BOUNDED_SLEEP_NS))
 			left = BOUNDED_SLEEP_NS;
 		wait_fd_join(ep, epfd);
-		int64_t nap = (int64_t)uls_transports_nap_ns();
-		if (nap && (left < 0 || left > nap))
-			left = nap;
+		uls_nap_cap(&left);
 		n = kernel_pass(ep, epfd, evs, max, left, mask);
 		if (n == 0 && ep->stale) {
 			ep->cycle++;

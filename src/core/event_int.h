@@ -23,6 +23,10 @@ struct uls_conn *uls_ring_conn(int fd);
 int uls_kernel_events_for(struct uls_conn *c, int events);
 int uls_ready_merge(struct uls_conn *c, int fd, int events, int krev);
 int64_t uls_ns_remaining(uint64_t deadline, int64_t timeout_ns);
+/* *left (ns, < 0: no limit) cut to a transport's nap while one has work nothing wakes
+ * this thread for (uls_transports_nap_ns): 1 when cut, so the wait is not the call's
+ * last; 0 and *left as it was otherwise. */
+int uls_nap_cap(int64_t *left);
 
 struct epreg {
 	int fd;

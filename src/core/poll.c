@@ -80,6 +80,16 @@ int64_t uls_ns_remaining(uint64_t deadline, int64_t timeout_ns)
 	return now >= deadline ? 0 : (int64_t)(deadline - now);
 }
 
+int uls_nap_cap(int64_t *left)
+{
+	int64_t nap = (int64_t)uls_transports_nap_ns();
+
+	if (!nap || (*left >= 0 && *left <= nap))
+		return 0;
+	*left = nap;
+	return 1;
+}
+
 static int kernel_ppoll(struct pollfd *k, nfds_t n, int64_t ns, const sigset_t *mask)
 {
 	struct timespec ts, *tp = NULL;
@@ -108,12 +118,10 @@ static int kernel_ppoll_pushing(struct pollfd *k, nfds_t n, int64_t timeout_ns,
 				uint64_t deadline, const sigset_t *mask)
 {
 	for (;;) {
-		int64_t left = uls_ns_remaining(deadline, timeout_ns);
-		int64_t nap = (int64_t)uls_transports_nap_ns();
-		if (!nap || (left >= 0 && left <= nap))
-			return kernel_ppoll(k, n, left, mask);
-		int r = kernel_ppoll(k, n, nap, mask);
-		if (r != 0)
+		int64_t ns = uls_ns_remaining(deadline, timeout_ns);
+		int napped = uls_nap_cap(&ns);
+		int r = kernel_ppoll(k, n, ns, mask);
+		if (!napped || r != 0)
 			return r;
 	}
 }
@@ -221,9 +229,7 @@ int uls_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *m
 			sleeping = 1;
 			if (bounded && (left < 0 || left > BOUNDED_SLEEP_NS))
 				left = BOUNDED_SLEEP_NS;
-			int64_t nap = (int64_t)uls_transports_nap_ns();
-			if (nap && (left < 0 || left > nap))
-				left = nap;
+			uls_nap_cap(&left);
 			/* After the bell, a transport's own wait descriptor (transport.h): its news
 			 * are read by the pass over the conns that follows. */
 			nfds_t nk = n + (bell >= 0);
