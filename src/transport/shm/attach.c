@@ -112,6 +112,12 @@ static enum uls_tp_answer shm_accept(struct uls_conn *c, int fd, char *why, size
 			 (unsigned)id.uid);
 		return ULS_TP_DECLINED;
 	}
+	/* No inode: every process closed the client's socket (the kernel finishes its close
+	 * alone), and with it any segment; what it sent before went over TCP. */
+	if (id.ino == 0) {
+		snprintf(why, wlen, "peer closed its socket before the accept");
+		return ULS_TP_DECLINED;
+	}
 	err = uls_seg_open_as(&s->seg, id.uid, id.ino, id.cookie);
 	if (err == -ENOENT) {
 		snprintf(why, wlen, "peer does not run ulsock");
