@@ -6,11 +6,13 @@
  * Spinning pays only while the spinner has a core to itself. When the machine has more
  * runnable threads than cores (a pipeline of a few threads on these 2-core machines gets
  * there at once), a spinner takes CPU from the very threads that would produce what it
- * waits for. Two signs show it, both free to read: the clock jumps between two spin steps
- * (the spinner was preempted), or, with the latency profile's unlimited budget, a
- * sched_yield() that hands the core over comes back late (another thread ran). Either
- * way the spinner stops and sleeps until it is woken, and the thread does not spin again
- * for a short while (BACKOFF_NS), after which it tries once more.
+ * waits for. Two signs show it: the clock jumps between two spin steps (the spinner was
+ * preempted) while the machine has more runnable threads than online CPUs (asked of
+ * /proc/loadavg after the jump only: interrupts and the hypervisor preempt a spinner on
+ * an idle machine too), or, with the latency profile's unlimited budget, a sched_yield()
+ * that hands the core over comes back late (another thread ran). Either way the spinner
+ * stops and sleeps until it is woken, and the thread does not spin again for a short
+ * while (BACKOFF_NS), after which it tries once more.
  */
 #ifndef ULS_SPIN_H
 #define ULS_SPIN_H
