@@ -3,10 +3,14 @@ leave a byte on the wire of a connection that falls back, not as the first byte,
 close, not on an empty connection, whichever side speaks first."""
 
 import filecmp
+import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import check_paths, kv, run_net_client, server_conns, start_net_server
+from conftest import check_paths, expect_paths, kv, run_net_client, server_conns, start_net_server
+
+LATE = Path(__file__).with_name("py_late_accept.py")
 
 SIZES = [1, 4096, 300007]
 
@@ -80,3 +84,25 @@ def test_empty_connection(uls, tmp_path, preloaded):
         assert all(ln.path == "shm" or ln.reason for ln in lines), lines
     uls.assert_no_shm_leftovers()
 
+
+@pytest.mark.parametrize("preloaded", ["both", "server", "client"])
+def test_accept_after_client_closed(uls, tmp_path, preloaded):
+    """The client sends a request, closes and exits before the server accepts (a load
+    generator whose time is up, wrk against nginx): the server reads the request whole,
+    then EOF. A ulsock server keeps the connection on kernel TCP and says why: "peer
+    closed its socket before the accept" (whether or not the client ran ulsock: a
+    segment, if there was one, went with it)."""
+    go = tmp_path / "go"
+    server, port = uls.server([sys.executable, str(LATE), "server", str(go)], name="late",
+                              ulsock=preloaded in ("server", "both"))
+    client = uls.run([sys.executable, str(LATE), "client", str(port)], name="early",
+                     ulsock=preloaded in ("client", "both"))
+    go.touch()
+    server.wait()
+    sent = kv(client.output(), "SENT")
+    assert int(sent["n"]) > 0, client.describe()
+    assert kv(server.output(), "GOT") == sent, server.describe()
+    expect_paths(server, "kernel", count=1, reason="peer closed its socket before the accept",
+                 local_port=port)
+    assert all(ln.path != "shm" for ln in client.paths()), client.describe()
+    uls.assert_no_shm_leftovers()
