@@ -340,6 +340,8 @@ int fab_read(const struct iovec *local, size_t nl, const struct fi_rma_iov *remo
 
 /* io.c: the process ends: FINs and up to 100 ms for what was posted (9.8), once. */
 void fab_last_words(void);
+/* The process ends or execs: its shm region's name goes (peers that mapped it keep it). */
+void fab_shm_unlink(void);
 /* io.c: the resend after a leaving peer's REVERT (tx_mu held): 0 or -errno. */
 ssize_t fab_resend(struct fab_conn *f, int fd, int nonblock);
 

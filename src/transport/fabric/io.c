@@ -1299,6 +1299,9 @@ static void fab_fork_prepare(void)
 static void fab_exec_begin(void)
 {
 	revert_all(1);
+	/* The new image has its own endpoint, if any; this one's region name goes now (an
+	 * exec that fails leaves the endpoint to peers that had mapped it already). */
+	fab_shm_unlink();
 }
 
 /*
@@ -1313,7 +1316,10 @@ void fab_last_words(void)
 	uint64_t until = uls_now_ns() + CLOSE_WAIT_MS * 1000000ull;
 
 	/* Once: exit() runs the atexit handler (proc.c), then the library's destructor. */
-	if (said || fab.state <= 0 || fab.pid != uls_pid() || !fab.nconns)
+	if (said)
+		return;
+	fab_shm_unlink();
+	if (fab.state <= 0 || fab.pid != uls_pid() || !fab.nconns)
 		return;
 	said = 1;
 	while (pthread_mutex_trylock(&fab.mu) != 0) /* another thread may hold it for good */

@@ -8,12 +8,16 @@
 #include "fabric_int.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "../../core/config.h"
 #include "../../core/fdtable.h"
@@ -148,6 +152,73 @@ static const char *node_of(const struct sockaddr_storage *local, char *buf, size
 	return NULL;
 }
 
+/*
+ * libfabric's shm provider names its shared region in /dev/shm after the source address
+ * it is given ("NODE:0:0" in libfabric 1.17), and refuses an endpoint whose region
+ * exists (fi_enable: EBUSY). An address is no name on one host: two processes with one
+ * local address, or a region left by a process that ended without closing its endpoint
+ * (every one: the fabric side dies with the process), would collide. So a shm endpoint
+ * is named for its process, with a random part against a reused pid, and the regions of
+ * owners that are gone are removed first: each holds 16 MiB of memory.
+ */
+#define SHM_PREFIX "ulsock-fab."
+
+static void shm_reap(void)
+{
+	DIR *d = opendir("/dev/shm");
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		char *end;
+		if (strncmp(e->d_name, SHM_PREFIX, sizeof(SHM_PREFIX) - 1) != 0)
+			continue;
+		long pid = strtol(e->d_name + sizeof(SHM_PREFIX) - 1, &end, 10);
+		/* A live pid, or one another user's (EPERM), keeps its region. */
+		if (pid <= 0 || *end != '.' || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+			continue;
+		char path[300];
+		snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+		if (unlink(path) == 0)
+			uls_dbg("fabric: removed %s, a shm region of pid %ld (gone)", path, pid);
+	}
+	closedir(d);
+}
+
+static char shm_node[64]; /* this process's name, while it has a shm endpoint */
+
+static const char *shm_name(char *buf, size_t len)
+{
+	shm_reap();
+	snprintf(shm_node, sizeof(shm_node), SHM_PREFIX "%d.%016llx", (int)uls_pid(),
+		 (unsigned long long)fab_random64());
+	snprintf(buf, len, "%s", shm_node);
+	return buf;
+}
+
+void fab_shm_unlink(void)
+{
+	size_t n = strlen(shm_node);
+	DIR *d;
+	struct dirent *e;
+
+	/* The kernel's pid: a vfork child (exec, _exit) has the parent's cached one. */
+	if (!n || fab.pid != (pid_t)uls_syscall(SYS_getpid) || !(d = opendir("/dev/shm")))
+		return;
+	/* The provider's suffix (":0:0") is its own: whatever follows the name. Peers that
+	 * mapped the region keep it until they unmap. */
+	while ((e = readdir(d)) != NULL) {
+		if (strncmp(e->d_name, shm_node, n) != 0 || e->d_name[n] != ':')
+			continue;
+		char path[300];
+		snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+		unlink(path);
+	}
+	closedir(d);
+	shm_node[0] = 0;
+}
+
 int fab_open_at(const struct sockaddr_storage *local)
 {
 	const char *prov = uls_cfg.fabric_provider;
@@ -171,8 +242,10 @@ int fab_open_at(const struct sockaddr_storage *local)
 	fab.pid = uls_pid();
 	if (prov && strcmp(prov, "off") == 0)
 		return open_failed("%s", "ULSOCK_FABRIC_PROVIDER is off");
-	if (uls_fab_ep_open(&fab.ep, prov, node_of(local, node, sizeof(node)), why,
-			    sizeof(why)) < 0)
+	int shm = prov && strcmp(prov, "shm") == 0;
+	if (uls_fab_ep_open(&fab.ep, prov,
+			    shm ? shm_name(node, sizeof(node)) : node_of(local, node, sizeof(node)),
+			    why, sizeof(why)) < 0)
 		return open_failed("%s", why);
 	if (!prov && is_software(fab.ep.prov)) {
 		uls_fab_ep_close(&fab.ep);
