@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -78,10 +79,10 @@ static int machine_crowded(void)
 		spaces += *p == ' ';
 	if (*p < '0' || *p > '9')
 		return 1;
-	long running = 0;
-	for (; *p >= '0' && *p <= '9' && running < 1000000; p++)
-		running = running * 10 + (*p - '0');
-	return *p != '/' || running > n;
+	char *end;
+	long running = strtol(p, &end, 10);
+	errno = err;
+	return *end != '/' || running > n;
 }
 
 int uls_spin_more(struct uls_spin *s)

@@ -163,24 +163,30 @@ static const char *node_of(const struct sockaddr_storage *local, char *buf, size
  */
 #define SHM_PREFIX "ulsock-fab."
 
-static void shm_reap(void)
+/*
+ * Removes the entries of /dev/shm whose names start with prefix; with gone_only, only
+ * those named SHM_PREFIX PID.* whose PID is gone (a live pid, or another user's: EPERM,
+ * keeps its region).
+ */
+static void shm_remove(const char *prefix, int gone_only)
 {
+	size_t n = strlen(prefix);
 	DIR *d = opendir("/dev/shm");
 	struct dirent *e;
 
 	if (!d)
 		return;
 	while ((e = readdir(d)) != NULL) {
-		char *end;
-		if (strncmp(e->d_name, SHM_PREFIX, sizeof(SHM_PREFIX) - 1) != 0)
+		if (strncmp(e->d_name, prefix, n) != 0)
 			continue;
-		long pid = strtol(e->d_name + sizeof(SHM_PREFIX) - 1, &end, 10);
-		/* A live pid, or one another user's (EPERM), keeps its region. */
-		if (pid <= 0 || *end != '.' || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+		char *end;
+		long pid = gone_only ? strtol(e->d_name + n, &end, 10) : 0;
+		if (gone_only && (pid <= 0 || *end != '.' || kill((pid_t)pid, 0) == 0 ||
+				  errno != ESRCH))
 			continue;
 		char path[300];
 		snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
-		if (unlink(path) == 0)
+		if (unlink(path) == 0 && gone_only)
 			uls_dbg("fabric: removed %s, a shm region of pid %ld (gone)", path, pid);
 	}
 	closedir(d);
@@ -188,34 +194,25 @@ static void shm_reap(void)
 
 static char shm_node[64]; /* this process's name, while it has a shm endpoint */
 
-static const char *shm_name(char *buf, size_t len)
+static const char *shm_name(void)
 {
-	shm_reap();
+	shm_remove(SHM_PREFIX, 1);
 	snprintf(shm_node, sizeof(shm_node), SHM_PREFIX "%d.%016llx", (int)uls_pid(),
 		 (unsigned long long)fab_random64());
-	snprintf(buf, len, "%s", shm_node);
-	return buf;
+	return shm_node;
 }
 
 void fab_shm_unlink(void)
 {
-	size_t n = strlen(shm_node);
-	DIR *d;
-	struct dirent *e;
+	char mine[sizeof(shm_node) + 1];
 
 	/* The kernel's pid: a vfork child (exec, _exit) has the parent's cached one. */
-	if (!n || fab.pid != (pid_t)uls_syscall(SYS_getpid) || !(d = opendir("/dev/shm")))
+	if (!shm_node[0] || fab.pid != (pid_t)uls_syscall(SYS_getpid))
 		return;
 	/* The provider's suffix (":0:0") is its own: whatever follows the name. Peers that
 	 * mapped the region keep it until they unmap. */
-	while ((e = readdir(d)) != NULL) {
-		if (strncmp(e->d_name, shm_node, n) != 0 || e->d_name[n] != ':')
-			continue;
-		char path[300];
-		snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
-		unlink(path);
-	}
-	closedir(d);
+	snprintf(mine, sizeof(mine), "%s:", shm_node);
+	shm_remove(mine, 0);
 	shm_node[0] = 0;
 }
 
@@ -244,7 +241,7 @@ int fab_open_at(const struct sockaddr_storage *local)
 		return open_failed("%s", "ULSOCK_FABRIC_PROVIDER is off");
 	int shm = prov && strcmp(prov, "shm") == 0;
 	if (uls_fab_ep_open(&fab.ep, prov,
-			    shm ? shm_name(node, sizeof(node)) : node_of(local, node, sizeof(node)),
+			    shm ? shm_name() : node_of(local, node, sizeof(node)),
 			    why, sizeof(why)) < 0)
 		return open_failed("%s", why);
 	if (!prov && is_software(fab.ep.prov)) {
