@@ -85,12 +85,10 @@ static int machine_crowded(void)
 	return *end != '/' || running > n;
 }
 
-int uls_spin_more(struct uls_spin *s)
+/* One pause and a look at the clock: the time, or 0 when the spinner was preempted on a
+ * crowded machine (and the thread backs off). */
+static uint64_t spin_step(struct uls_spin *s)
 {
-	int64_t budget = uls_cfg.spin_ns;
-
-	if (budget == 0 || s->calm)
-		return 0;
 	uls_cpu_relax();
 	/* Every step reads the clock (vDSO, tens of ns): a gap must mean preemption, not a
 	 * caller whose steps are slow. */
@@ -101,6 +99,26 @@ int uls_spin_more(struct uls_spin *s)
 		now = uls_now_ns(); /* the look itself is not a gap */
 	}
 	s->last = now;
+	return now;
+}
+
+int uls_spin_until(struct uls_spin *s, uint64_t end_ns)
+{
+	if (s->calm)
+		return 0;
+	uint64_t now = spin_step(s);
+	return now && now < end_ns;
+}
+
+int uls_spin_more(struct uls_spin *s)
+{
+	int64_t budget = uls_cfg.spin_ns;
+
+	if (budget == 0 || s->calm)
+		return 0;
+	uint64_t now = spin_step(s);
+	if (!now)
+		return 0;
 	if (budget > 0)
 		return now - s->start < (uint64_t)budget;
 	if (now - s->last_yield < YIELD_EVERY_NS)

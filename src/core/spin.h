@@ -31,4 +31,8 @@ void uls_spin_start(struct uls_spin *s);
 /* One spin step (a pause); returns 1 to keep spinning, 0 to go to sleep. */
 int uls_spin_more(struct uls_spin *s);
 
+/* The same step for a wait whose caller sets its own end (CLOCK_MONOTONIC ns), whatever
+ * the profile's budget: 0 past it, or when the machine is crowded as above. */
+int uls_spin_until(struct uls_spin *s, uint64_t end_ns);
+
 #endif

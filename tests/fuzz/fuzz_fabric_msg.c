@@ -153,6 +153,22 @@ static void payload(uint8_t type, const uint8_t *p, size_t len)
 			uls_fab_taken_pack(&t, out);
 		break;
 	}
+	case ULS_FAB_LEND: {
+		struct uls_fab_lend l;
+		if ((rc = uls_fab_lend_parse(&l, p, len)) == 0) {
+			uls_fab_lend_pack(&l, out);
+			FUZZ_ASSERT(l.len != 0 && l.guard != 0);
+		}
+		break;
+	}
+	case ULS_FAB_MOVED: {
+		struct uls_fab_moved m;
+		if ((rc = uls_fab_moved_parse(&m, p, len)) == 0) {
+			uls_fab_moved_pack(&m, out);
+			FUZZ_ASSERT(m.len != 0 && m.guard != 0);
+		}
+		break;
+	}
 	case ULS_FAB_RING: {
 		struct uls_fab_ring r;
 		if ((rc = uls_fab_ring_parse(&r, p, len)) == 0) {
@@ -182,7 +198,7 @@ static void every_parser(const uint8_t *p, size_t len)
 	static const uint8_t types[] = {
 		ULS_FAB_CONNECT, ULS_FAB_DECLINE, ULS_FAB_TAKEOVER, ULS_FAB_SWITCH,
 		ULS_FAB_FIN, ULS_FAB_SLEEP, ULS_FAB_REVERT, ULS_FAB_RESET, ULS_FAB_AVAIL,
-		ULS_FAB_TAKEN, ULS_FAB_RING, ULS_FAB_WROTE,
+		ULS_FAB_TAKEN, ULS_FAB_RING, ULS_FAB_WROTE, ULS_FAB_LEND, ULS_FAB_MOVED,
 	};
 
 	for (size_t i = 0; i < sizeof(types); i++)

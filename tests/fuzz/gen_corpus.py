@@ -101,7 +101,7 @@ def ring_seeds():
 # Fabric messages (protocol.md 9.4, 9.5, 9.10); integers little-endian.
 M_CONNECT, M_ACCEPT, M_DECLINE, M_ABORT, M_TAKEOVER = 0x01, 0x02, 0x03, 0x04, 0x05
 M_DATA, M_CREDIT, M_SWITCH, M_FIN, M_SLEEP, M_REVERT, M_RESET, M_AVAIL, M_TAKEN, M_RING, \
-    M_WROTE = range(0x10, 0x1b)
+    M_WROTE, M_LEND, M_MOVED = range(0x10, 0x1d)
 
 
 def fab_hdr(mtype, payload, tag=0, pcredits=0, seq=0, wnd=0, flags=0, length=None):
@@ -145,6 +145,10 @@ def fabric_msg_seeds():
     avail = struct.pack("<IIQQQQ", 65536, 0, 0x7f0011220000, 0x0102030405060708,
                         0x7f0011420000, 0xa5a5a5a55a5a5a5a)
     ring = struct.pack("<QQII", 0, 0x0102030405060708, 1 << 21, 0)
+    lend = struct.pack("<IIQQQQQ", 1 << 20, 0, 0x7f0033440000, 0x0807060504030201,
+                       0x7f0011420008, 0x0102030405060708, 0x5a5a5a5aa5a5a5a5)
+    moved = struct.pack("<QIIQQQQ", 1 << 21, 1 << 20, 0, 0x7f0011220000, 0x0102030405060708,
+                        0x7f0011420000, 0xa5a5a5a55a5a5a5a)
     return {
         "connect": fab_hdr(M_CONNECT, fab_connect()),
         "connect_mac": fab_hdr(M_CONNECT, fab_connect(flags=3, mac=bytes(range(32)))),
@@ -166,10 +170,14 @@ def fabric_msg_seeds():
         "taken": fab_hdr(M_TAKEN, struct.pack("<Q", 1 << 21), tag=9, seq=4),
         "ring": fab_hdr(M_RING, ring, tag=9, seq=0),
         "wrote": fab_hdr(M_WROTE, struct.pack("<II", 1 << 20, 0), tag=9, seq=6, wnd=4096),
+        "lend": fab_hdr(M_LEND, lend, tag=9, seq=7, wnd=8192),
+        "moved": fab_hdr(M_MOVED, moved, tag=9, seq=8),
         # Each rule of 9.11 and 9.4 broken once.
-        "bad_type": fab_hdr(0x1b, switch, tag=9),
+        "bad_type": fab_hdr(0x1d, switch, tag=9),
         "bad_ring": fab_hdr(M_RING, ring[:16] + struct.pack("<II", 3 << 20, 0), tag=9),
         "bad_avail": fab_hdr(M_AVAIL, avail[:32] + bytes(8), tag=9),
+        "bad_lend": fab_hdr(M_LEND, lend[:40] + bytes(8), tag=9),
+        "bad_moved": fab_hdr(M_MOVED, moved[:8] + bytes(4) + moved[12:], tag=9),
         "bad_flags": fab_hdr(M_SWITCH, switch, tag=9, flags=1),
         "bad_len": fab_hdr(M_SWITCH, switch + b"\0", tag=9),
         "len_mismatch": fab_hdr(M_SWITCH, switch, tag=9, length=17),
@@ -192,6 +200,8 @@ def fabric_msg_seeds():
         "payload_decline": decline,
         "payload_avail": avail,
         "payload_ring": ring,
+        "payload_lend": lend,
+        "payload_moved": moved,
     }
 
 

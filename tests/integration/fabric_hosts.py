@@ -14,7 +14,8 @@ NET_PROVIDER = "net"
 FABRIC_LINE = re.compile(r"fd=\d+ fabric: sent (\d+) bytes on TCP and (\d+) on the fabric, "
                          r"received (\d+) on TCP and (\d+) on the fabric; "
                          r"wake-ups: (\d+) asked, (\d+) received, (\d+) sent; "
-                         r"offers read: (\d+) bytes; written: (\d+) bytes")
+                         r"offers read: (\d+) bytes; lent: (\d+) bytes, (\d+) moved; "
+                         r"written: (\d+) bytes")
 
 _subnet = [0]
 
@@ -71,10 +72,21 @@ def offers_read(proc):
     return sum(int(m[8]) for m in FABRIC_LINE.finditer(proc.log_text()))
 
 
+def lends(proc):
+    """(lent, moved): bytes PROC's blocking sends lent from its program's memory and its
+    peers took there, and bytes it moved into its send buffer instead when a peer did not
+    take them in time (protocol.md 9.6, LEND and MOVED)."""
+    tot = [0, 0]
+    for m in FABRIC_LINE.finditer(proc.log_text()):
+        tot[0] += int(m[9])
+        tot[1] += int(m[10])
+    return tuple(tot)
+
+
 def written(proc):
     """Bytes PROC wrote into its peers' receive rings, over its fabric connections
     (protocol.md 9.14, WROTE)."""
-    return sum(int(m[9]) for m in FABRIC_LINE.finditer(proc.log_text()))
+    return sum(int(m[11]) for m in FABRIC_LINE.finditer(proc.log_text()))
 
 
 def all_ok(server, conns):

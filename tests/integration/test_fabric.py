@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ULSOCK_BIN, expect_paths, run_net_client, start_net_server
-from fabric_hosts import (NET_PROVIDER, PROVIDER, Hosts, all_ok, fabric_counts, offers_read,
-                          wake_counts, written)
+from fabric_hosts import (NET_PROVIDER, PROVIDER, Hosts, all_ok, fabric_counts, lends,
+                          offers_read, wake_counts, written)
 
 
 @pytest.fixture
@@ -480,16 +480,17 @@ def test_nat_between_hosts(uls, netns):
         assert line.peer.startswith("10.237.7.1:") and line.path == "kernel", line
 
 
-def _py_pair(hosts, server_src, server_args, client_src, client_args):
+def _py_pair(hosts, server_src, server_args, client_src, client_args, client_profile=None):
     """Python SERVER_SRC in S (it prints READY port=N) and CLIENT_SRC in C, both under
-    ulsock, the client given the server's address and port first; returns both once the
-    client has ended."""
+    ulsock (the client with CLIENT_PROFILE, if given), the client given the server's
+    address and port first; returns both once the client has ended."""
     server = hosts.uls.start([sys.executable, "-c", server_src, hosts.saddr, *server_args],
                              name="server", env=hosts.env, wrap=hosts.s.prefix,
                              ready=r"READY port=\d+")
     port = re.search(r"READY port=(\d+)", server.output())[1]
     client = hosts.uls.run([sys.executable, "-c", client_src, hosts.saddr, port, *client_args],
-                           name="client", env=hosts.env, wrap=hosts.c.prefix)
+                           name="client", env=hosts.env, wrap=hosts.c.prefix,
+                           profile=client_profile)
     return server, client
 
 
@@ -565,6 +566,112 @@ def test_close_unread_offers(uls, netns, provider):
         assert written(server) > n // 2, server.describe()
     server.wait()
     expect_paths(client, "fabric", count=1)
+
+
+LEND_SENDER = r"""
+import hashlib, select, socket, sys
+n, chunk = int(sys.argv[2]), int(sys.argv[3])
+ls = socket.socket(); ls.bind((sys.argv[1], 0)); ls.listen(1)
+print("READY port=%d" % ls.getsockname()[1], flush=True)
+c, _ = ls.accept()
+if sys.argv[4] == "nonblock":
+    c.setblocking(False)
+select.select([c], [], [], 1.5)        # the handshake ends meanwhile (poll naps)
+buf, h, i = bytearray(chunk), hashlib.sha256(), 0
+while i * chunk < n:
+    buf[:] = bytes(((i * 131 + j * 7) ^ (j >> 11)) & 255 for j in range(0, chunk))
+    h.update(buf)
+    view = memoryview(buf)
+    while view:                         # one buffer, overwritten once each send returned
+        try:
+            view = view[c.send(view):]
+        except BlockingIOError:
+            select.select([], [c], [])
+    i += 1
+print("SENT n=%d sha=%s" % (i * chunk, h.hexdigest()), flush=True)
+c.close()
+"""
+
+LEND_READER = r"""
+import hashlib, select, socket, sys, time
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+select.select([s], [], [], 1.5)         # waits in ulsock's poll: the handshake goes on
+time.sleep(float(sys.argv[3]))          # no call into ulsock: the sender's lends move
+h, got, buf = hashlib.sha256(), 0, bytearray(1 << 20)
+while True:
+    k = s.recv_into(buf)
+    if not k:
+        break
+    h.update(memoryview(buf)[:k]); got += k
+print("GOT n=%d sha=%s" % (got, h.hexdigest()), flush=True)
+"""
+
+
+@pytest.mark.parametrize("io", ["block", "nonblock"])
+def test_lend(uls, netns, io):
+    """On shm, a long send lends the program's own buffer for about a copy's time
+    (protocol.md 9.6, LEND): the reader copies it straight into its buffer, and the send
+    returns once the reader's program consumed it. The sender overwrites its one buffer
+    after every send, and the reader first makes no call for 0.5 s, so the first lends move
+    into the sender's txbuf (MOVED) and the later ones are taken (the reader spins in its
+    receives: the latency profile): every byte is the one sent when its send began, then
+    a clean EOF, as on kernel TCP."""
+    hosts = Hosts(uls, netns, provider="shm")
+    n = 96 << 20
+    server, client = _py_pair(hosts, LEND_SENDER, [str(n), str(1 << 20), io], LEND_READER,
+                              ["0.5"], client_profile="latency")
+    server.wait()
+    sent = re.search(r"SENT n=\d+ sha=(\w+)", server.output())[1]
+    assert f"GOT n={n} sha={sent}" in client.output(), client.describe()
+    lent, moved = lends(server)
+    assert lent > 0 and moved > 0, (lent, moved, server.describe())
+    expect_paths(client, "fabric", count=1)
+
+
+CROSS_SENDS = r"""
+import hashlib, select, socket, sys
+server, n = sys.argv[3] == "server", int(sys.argv[4])
+if server:
+    ls = socket.socket(); ls.bind((sys.argv[1], 0)); ls.listen(1)
+    print("READY port=%d" % ls.getsockname()[1], flush=True)
+    s, _ = ls.accept()
+else:
+    s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+select.select([s], [], [], 1.5)         # the handshake ends meanwhile
+data = bytes(((i * 7) ^ (i >> 9) ^ server) & 255 for i in range(n))
+s.sendall(data)                         # both send all before either reads
+got = bytearray()
+while len(got) < n:
+    b = s.recv(n - len(got))
+    assert b, "EOF after %d" % len(got)
+    got += b
+want = bytes(((i * 7) ^ (i >> 9) ^ (not server)) & 255 for i in range(n))
+assert got == want
+print("CROSSED n=%d" % n, flush=True)
+"""
+
+
+@pytest.mark.parametrize("side", ["plain", "ulsock"])
+def test_crossing_long_sends(uls, netns, side):
+    """Both ends send 384 KiB in one blocking call before either reads, which kernel TCP
+    takes into its buffers (run plain first). On shm each send lends its buffer (protocol.md
+    9.6, LEND) and nobody reads it: a send moves its bytes into its txbuf within about a
+    copy's time and returns, and both then read what the other sent."""
+    hosts = Hosts(uls, netns, provider="shm")
+    n, on = 384 << 10, side == "ulsock"
+    server = uls.start([sys.executable, "-c", CROSS_SENDS, hosts.saddr, "0", "server", str(n)],
+                       name="server", env=hosts.env, wrap=hosts.s.prefix, ulsock=on,
+                       ready=r"READY port=\d+")
+    port = re.search(r"READY port=(\d+)", server.output())[1]
+    client = uls.run([sys.executable, "-c", CROSS_SENDS, hosts.saddr, port, "client", str(n)],
+                     name="client", env=hosts.env, wrap=hosts.c.prefix, ulsock=on)
+    server.wait()
+    assert f"CROSSED n={n}" in client.output() and f"CROSSED n={n}" in server.output()
+    if on:
+        expect_paths(client, "fabric", count=1)
+        # The first send to return found nobody reading: it moved. The other's lend may
+        # then be taken while it still waits (the peer reads it straight away).
+        assert lends(client)[1] + lends(server)[1] > 0, (lends(client), lends(server))
 
 
 SLEEPY_SERVER = r"""

@@ -85,11 +85,12 @@ static int hdr(uint8_t type, uint32_t len, uint64_t tag, uint16_t pcredits, uint
 static void header_rules(void)
 {
 	const int HS = ULS_FAB_CLASS_HANDSHAKE, CO = ULS_FAB_CLASS_CONN, BOTH = HS | CO;
-	static const uint8_t unknown[] = { 0x00, 0x06, 0x07, 0x0f, 0x1b, 0x20, 0x80, 0xff };
+	static const uint8_t unknown[] = { 0x00, 0x06, 0x07, 0x0f, 0x1d, 0x20, 0x80, 0xff };
 	static const uint8_t types[] = {
 		ULS_FAB_CONNECT, ULS_FAB_ACCEPT, ULS_FAB_DECLINE, ULS_FAB_ABORT, ULS_FAB_TAKEOVER,
 		ULS_FAB_CREDIT, ULS_FAB_SWITCH, ULS_FAB_FIN, ULS_FAB_SLEEP, ULS_FAB_REVERT,
 		ULS_FAB_RESET, ULS_FAB_AVAIL, ULS_FAB_TAKEN, ULS_FAB_RING, ULS_FAB_WROTE,
+		ULS_FAB_LEND, ULS_FAB_MOVED,
 	};
 
 	for (size_t i = 0; i < sizeof(unknown); i++) {
@@ -190,6 +191,8 @@ static void types_and_reasons(void)
 		{ 0x18, "TAKEN", ULS_FAB_CLASS_CONN, 8 },
 		{ 0x19, "RING", ULS_FAB_CLASS_CONN, 24 },
 		{ 0x1a, "WROTE", ULS_FAB_CLASS_CONN, 8 },
+		{ 0x1b, "LEND", ULS_FAB_CLASS_CONN, 48 },
+		{ 0x1c, "MOVED", ULS_FAB_CLASS_CONN, 48 },
 	};
 	static const char *const reasons[] = {
 		"TUPLE", "NONCE", "KEY", "MAC", "VERSION",
@@ -205,8 +208,8 @@ static void types_and_reasons(void)
 	}
 	for (int v = 0; v < 256; v++)
 		known += uls_fab_type_class((uint8_t)v) != 0;
-	CHECK_EQ(known, 16);
-	CHECK(strcmp(uls_fab_type_name(0x1b), "unknown") == 0);
+	CHECK_EQ(known, 18);
+	CHECK(strcmp(uls_fab_type_name(0x1d), "unknown") == 0);
 	for (uint32_t r = 1; r <= 9; r++) {
 		check_context("reason %u", r);
 		CHECK(strcmp(uls_fab_reason_name(r), reasons[r - 1]) == 0);
@@ -451,6 +454,16 @@ static int parse_wrote(void *o, const void *b, size_t l)
 static int parse_taken(void *o, const void *b, size_t l)
 {
 	return uls_fab_taken_parse(o, b, l);
+}
+
+static int parse_lend(void *o, const void *b, size_t l)
+{
+	return uls_fab_lend_parse(o, b, l);
+}
+
+static int parse_moved(void *o, const void *b, size_t l)
+{
+	return uls_fab_moved_parse(o, b, l);
 }
 
 static int parse_decline(void *o, const void *b, size_t l)
@@ -936,6 +949,82 @@ static void offers_layout(void)
 		 -EPROTO);
 }
 
+/* LEND and MOVED (9.6): exact layout, lengths, the rules (len and guard non-zero,
+ * reserved 0), and the round trip. */
+static void lends_layout(void)
+{
+	struct uls_fab_lend l = {.len = 0x100000, .addr = 0x7f0011223344ull,
+				 .key = 0x0102030405060708ull, .guard_addr = 0x7f0011233344ull,
+				 .guard_key = 0x1112131415161718ull, .guard = 0xa5a5a5a55a5a5a5aull}, l2;
+	struct uls_fab_moved m = {.pos = 0x1122334455667788ull, .len = 0x100000,
+				  .addr = 0x7f0011223344ull, .key = 0x0102030405060708ull,
+				  .guard_addr = 0x7f0011233344ull, .guard = 0xa5a5a5a55a5a5a5aull}, m2;
+	uint8_t p[48], q[48];
+	static const uint8_t l_bytes[48] = {
+		0, 0, 0x10, 0, 0, 0, 0, 0,
+		0x44, 0x33, 0x22, 0x11, 0x00, 0x7f, 0, 0,
+		8, 7, 6, 5, 4, 3, 2, 1,
+		0x44, 0x33, 0x23, 0x11, 0x00, 0x7f, 0, 0,
+		0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,
+		0x5a, 0x5a, 0x5a, 0x5a, 0xa5, 0xa5, 0xa5, 0xa5,
+	};
+	static const uint8_t m_bytes[48] = {
+		0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,
+		0, 0, 0x10, 0, 0, 0, 0, 0,
+		0x44, 0x33, 0x22, 0x11, 0x00, 0x7f, 0, 0,
+		8, 7, 6, 5, 4, 3, 2, 1,
+		0x44, 0x33, 0x23, 0x11, 0x00, 0x7f, 0, 0,
+		0x5a, 0x5a, 0x5a, 0x5a, 0xa5, 0xa5, 0xa5, 0xa5,
+	};
+
+	check_context("LEND");
+	uls_fab_lend_pack(&l, p);
+	CHECK_MEM(p, l_bytes, 48);
+	lengths_exact(parse_lend, &l2, p, 48);
+	CHECK_U64(l2.len, ==, l.len);
+	CHECK_U64(l2.addr, ==, l.addr);
+	CHECK_U64(l2.key, ==, l.key);
+	CHECK_U64(l2.guard_addr, ==, l.guard_addr);
+	CHECK_U64(l2.guard_key, ==, l.guard_key);
+	CHECK_U64(l2.guard, ==, l.guard);
+	uls_fab_lend_pack(&l2, q);
+	CHECK_MEM(q, p, 48);
+	for (int i = 4; i < 8; i++)
+		poke(parse_lend, &l2, p, 48, (size_t)i, 1, -EPROTO); /* reserved */
+	l.len = 0;
+	uls_fab_lend_pack(&l, q);
+	CHECK_EQ(uls_fab_lend_parse(&l2, q, 48), -EPROTO);
+	l.len = 1;
+	l.guard = 0;
+	uls_fab_lend_pack(&l, q);
+	CHECK_EQ(uls_fab_lend_parse(&l2, q, 48), -EPROTO);
+
+	check_context("MOVED");
+	uls_fab_moved_pack(&m, p);
+	CHECK_MEM(p, m_bytes, 48);
+	lengths_exact(parse_moved, &m2, p, 48);
+	CHECK_U64(m2.pos, ==, m.pos);
+	CHECK_U64(m2.len, ==, m.len);
+	CHECK_U64(m2.addr, ==, m.addr);
+	CHECK_U64(m2.key, ==, m.key);
+	CHECK_U64(m2.guard_addr, ==, m.guard_addr);
+	CHECK_U64(m2.guard, ==, m.guard);
+	uls_fab_moved_pack(&m2, q);
+	CHECK_MEM(q, p, 48);
+	for (int i = 12; i < 16; i++)
+		poke(parse_moved, &m2, p, 48, (size_t)i, 1, -EPROTO); /* reserved */
+	m.len = 0;
+	uls_fab_moved_pack(&m, q);
+	CHECK_EQ(uls_fab_moved_parse(&m2, q, 48), -EPROTO);
+	m.len = 1;
+	m.guard = 0;
+	uls_fab_moved_pack(&m, q);
+	CHECK_EQ(uls_fab_moved_parse(&m2, q, 48), -EPROTO);
+	CHECK_EQ(hdr(ULS_FAB_LEND, ULS_FAB_LEND_SIZE, 9, 0, 0, ULS_FAB_CLASS_CONN, 8192), 0);
+	CHECK_EQ(hdr(ULS_FAB_MOVED, ULS_FAB_MOVED_SIZE, 9, 0, 0, ULS_FAB_CLASS_HANDSHAKE, 8192),
+		 -EPROTO);
+}
+
 /* RING and WROTE (9.14): exact layout, lengths, the rules (RING's len a power of two
  * within the window's range, WROTE's non-zero, reserved 0), and the round trip. */
 static void writes_layout(void)
@@ -1003,6 +1092,7 @@ int main(void)
 	connect_ranges();
 	small_payloads();
 	offers_layout();
+	lends_layout();
 	writes_layout();
 	revert_and_takeover();
 	random_round_trips();

@@ -143,6 +143,17 @@ struct fab_conn {
 	int pull;               /* take every offer now (fab_run_pulls): the peer closed */
 	int rev_due;            /* ...or leaves, and its REVERT's answer waits for that */
 	uint64_t offers_read;   /* bytes read from the peer's memory (the close line) */
+	/* A lend in flight (9.6, LEND): the stream's lend_len bytes from fabric position
+	 * lend_pos lie in the program's buffer at lend_src, registered under lend_mr, while
+	 * its send waits for the window to return them; else they move into txbuf. */
+	const uint8_t *lend_src;
+	struct fid_mr *lend_mr;
+	uint64_t lend_pos;
+	uint32_t lend_len;      /* 0: none */
+	uint32_t lend_skip;     /* long sends to offer from txbuf before lending again */
+	uint64_t lent, moved;   /* bytes lent and taken from the program's buffer, and moved */
+	uint64_t lend_due;      /* receiver: the end of the peer's last lend (window returned
+				 * as soon as it is consumed: its send waits for that) */
 
 	/*
 	 * Writes (protocol.md 9.14, RING and WROTE), where both sides write (fab.ep.writes):
@@ -158,8 +169,9 @@ struct fab_conn {
 
 /* One offer of the peer's: len bytes of its stream from fabric position pos. */
 struct fab_offer {
-	uint64_t pos, addr, key, guard_addr, guard;
+	uint64_t pos, addr, key, guard_addr, guard_key, guard;
 	uint32_t len;
+	int lent; /* a LEND's: a changed guard may mean MOVED */
 };
 /* Unread offers a receiver takes: one per 8 KiB of its window (9.11). A sender offers 16
  * KiB or more but for the run before its ring wraps, so it keeps within half of that. */
@@ -167,8 +179,12 @@ static inline uint32_t fab_offers_max(const struct fab_conn *f)
 {
 	return f->rx_window / 8192u;
 }
-/* The guard word after txbuf's ring (9.6): the sender clears it before the memory goes. */
-#define FAB_GUARD 8u
+/* The guard words after txbuf's ring (9.6): the ring's, which the sender clears before
+ * the memory goes, then a lend's, cleared before its send returns. */
+#define FAB_GUARD 16u
+/* A send's run of at least this much in one piece of the program's memory is lent, not
+ * copied, where the profile spins (9.6, LEND). */
+#define FAB_LEND_MIN 65536u
 /* A send of at least this much is offered, not copied into DATA (where both read), or
  * written into the peer's ring (where both write). */
 #define FAB_OFFER_MIN 16384u
@@ -261,6 +277,9 @@ int fab_send_data(struct fab_conn *f, const struct iovec *iov, int iovcnt, size_
 int fab_stream_admits(struct fab_conn *f, uint32_t len);
 /* A connection message with no payload (CREDIT) or a packed one (SWITCH, FIN, RESET). */
 int fab_send_ctl(struct fab_conn *f, int type, const void *payload, size_t plen);
+/* Messages to dest that wait to be posted (the provider refused them for now), after
+ * trying them again: 0 when none (fab.mu held). */
+int fab_deferred_to(fi_addr_t dest);
 /* CREDIT, SWITCH and FIN of f (fab.mu held): 0 or -errno. */
 int fab_send_credit(struct fab_conn *f);
 int fab_send_switch(struct fab_conn *f, uint64_t pos);
@@ -288,7 +307,16 @@ uint64_t fab_rx_consumed(const struct fab_conn *f);
  * (-EAGAIN: no send slot now; -ENOTSUP: no registration, send DATA). */
 ssize_t fab_offer_send(struct fab_conn *f, const struct iovec *iov, int iovcnt, size_t skip,
 		       size_t n);
+/* Lends up to n bytes of iov from skip (one piece of it, one run of txbuf) and waits for
+ * the peer to take them, or moves them into txbuf: the count, or -errno as above. */
+ssize_t fab_lend_send(struct fab_conn *f, const struct iovec *iov, int iovcnt, size_t skip,
+		      size_t n);
+/* The lend in flight, if any, ends: its bytes go into txbuf at their place unless the
+ * peer took them, MOVED tells the peer so, and the program's memory is no longer read. */
+void fab_lend_settle(struct fab_conn *f);
 void fab_offer_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len);
+void fab_lend_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len);
+void fab_moved_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len);
 void fab_taken_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len);
 /* The peer's offer that begins at fabric position pos, or NULL. */
 struct fab_offer *fab_offer_at(struct fab_conn *f, uint64_t pos);

@@ -413,7 +413,9 @@ static size_t copy_out(struct fab_conn *f, struct msghdr *msg, size_t done, size
 	/* Half the window owed: returned at once (9.6). Where both write, half of what DATA
 	 * may keep unreturned, which the sender's last short piece may wait for (9.14). */
 	uint32_t half = (f->writes ? FAB_DATA_WINDOW : f->rx_window) / 2;
-	if (!(flags & MSG_PEEK) && f->rx_out - f->rx_ret >= half)
+	/* ...and at once when a lend was consumed: its send waits (9.6, LEND). */
+	if (!(flags & MSG_PEEK) &&
+	    (f->rx_out - f->rx_ret >= half || (f->lend_due > f->rx_ret && f->rx_out >= f->lend_due)))
 		fab_send_credit(f);
 	return copied;
 }
@@ -700,7 +702,13 @@ static ssize_t send_waits(struct uls_conn *c, struct fab_conn *f, int fd,
 			    : f->writes		      ? fab_write_send
 						      : NULL;
 			if (lng && n >= FAB_OFFER_MIN) {
-				ssize_t r = lng(f, iov, iovcnt, sent, n);
+				/* Where the profile spins, the program's own memory is lent for
+				 * about a copy's time (9.6, LEND): one copy, the peer's. */
+				ssize_t r = lng == fab_offer_send && uls_cfg.spin_ns
+						? fab_lend_send(f, iov, iovcnt, sent, n)
+						: -ENOTSUP;
+				if (r == -ENOTSUP)
+					r = lng(f, iov, iovcnt, sent, n);
 				if (r > 0) {
 					sent += (size_t)r;
 					continue;
@@ -1170,11 +1178,13 @@ static void fab_closing(struct uls_conn *c, int fd)
 	if (f->announced && uls_cfg.log_level >= ULS_LOG_INFO)
 		uls_info("fd=%d fabric: sent %llu bytes on TCP and %llu on the fabric, received %llu "
 			 "on TCP and %llu on the fabric; wake-ups: %u asked, %llu received, %llu "
-			 "sent; offers read: %llu bytes; written: %llu bytes", fd,
+			 "sent; offers read: %llu bytes; lent: %llu bytes, %llu moved; written: %llu "
+			 "bytes", fd,
 			 (unsigned long long)f->tx_tcp, (unsigned long long)f->tx_fab,
 			 (unsigned long long)f->rx_tcp, (unsigned long long)f->rx_in, f->sleeps,
 			 (unsigned long long)f->rx_wake, (unsigned long long)f->wakes,
-			 (unsigned long long)f->offers_read, (unsigned long long)f->written);
+			 (unsigned long long)f->offers_read, (unsigned long long)f->lent,
+			 (unsigned long long)f->moved, (unsigned long long)f->written);
 }
 
 static int fab_close(struct uls_conn *c, int fd)

@@ -89,11 +89,13 @@ static const struct type_info *type_info(uint8_t type)
 		[ULS_FAB_TAKEN - 0x10] = { "TAKEN", ULS_FAB_CLASS_CONN, ULS_FAB_TAKEN_SIZE },
 		[ULS_FAB_RING - 0x10] = { "RING", ULS_FAB_CLASS_CONN, ULS_FAB_RING_SIZE },
 		[ULS_FAB_WROTE - 0x10] = { "WROTE", ULS_FAB_CLASS_CONN, ULS_FAB_WROTE_SIZE },
+		[ULS_FAB_LEND - 0x10] = { "LEND", ULS_FAB_CLASS_CONN, ULS_FAB_LEND_SIZE },
+		[ULS_FAB_MOVED - 0x10] = { "MOVED", ULS_FAB_CLASS_CONN, ULS_FAB_MOVED_SIZE },
 	};
 
 	if (type >= ULS_FAB_CONNECT && type <= ULS_FAB_TAKEOVER)
 		return &hs[type];
-	if (type >= ULS_FAB_DATA && type <= ULS_FAB_WROTE)
+	if (type >= ULS_FAB_DATA && type <= ULS_FAB_MOVED)
 		return &conn[type - 0x10];
 	return NULL;
 }
@@ -454,6 +456,60 @@ int uls_fab_taken_parse(struct uls_fab_taken *t, const void *buf, size_t len)
 		return -EMSGSIZE;
 	t->pos = get64(b);
 	return 0;
+}
+
+/* LEND, MOVED */
+
+void uls_fab_lend_pack(const struct uls_fab_lend *l, uint8_t out[ULS_FAB_LEND_SIZE])
+{
+	put32(out, l->len);
+	put32(out + 4, 0);
+	put64(out + 8, l->addr);
+	put64(out + 16, l->key);
+	put64(out + 24, l->guard_addr);
+	put64(out + 32, l->guard_key);
+	put64(out + 40, l->guard);
+}
+
+int uls_fab_lend_parse(struct uls_fab_lend *l, const void *buf, size_t len)
+{
+	uint8_t b[ULS_FAB_LEND_SIZE];
+
+	if (copy_in(b, sizeof(b), buf, len) != 0)
+		return -EMSGSIZE;
+	l->len = get32(b);
+	l->addr = get64(b + 8);
+	l->key = get64(b + 16);
+	l->guard_addr = get64(b + 24);
+	l->guard_key = get64(b + 32);
+	l->guard = get64(b + 40);
+	return l->len == 0 || get32(b + 4) != 0 || l->guard == 0 ? -EPROTO : 0;
+}
+
+void uls_fab_moved_pack(const struct uls_fab_moved *m, uint8_t out[ULS_FAB_MOVED_SIZE])
+{
+	put64(out, m->pos);
+	put32(out + 8, m->len);
+	put32(out + 12, 0);
+	put64(out + 16, m->addr);
+	put64(out + 24, m->key);
+	put64(out + 32, m->guard_addr);
+	put64(out + 40, m->guard);
+}
+
+int uls_fab_moved_parse(struct uls_fab_moved *m, const void *buf, size_t len)
+{
+	uint8_t b[ULS_FAB_MOVED_SIZE];
+
+	if (copy_in(b, sizeof(b), buf, len) != 0)
+		return -EMSGSIZE;
+	m->pos = get64(b);
+	m->len = get32(b + 8);
+	m->addr = get64(b + 16);
+	m->key = get64(b + 24);
+	m->guard_addr = get64(b + 32);
+	m->guard = get64(b + 40);
+	return m->len == 0 || get32(b + 12) != 0 || m->guard == 0 ? -EPROTO : 0;
 }
 
 /* RING, WROTE */

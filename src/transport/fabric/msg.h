@@ -41,6 +41,8 @@
 #define ULS_FAB_TAKEN_SIZE 8
 #define ULS_FAB_RING_SIZE 24
 #define ULS_FAB_WROTE_SIZE 8
+#define ULS_FAB_LEND_SIZE 48
+#define ULS_FAB_MOVED_SIZE 48
 
 /* What the MACs cover: CONNECT's and ACCEPT's payload up to `mac`, TAKEOVER's up to
  * `proof` (9.4, 9.10). */
@@ -66,6 +68,8 @@ enum uls_fab_type {
 	ULS_FAB_TAKEN = 0x18, /* ...copied out of it, up to a position */
 	ULS_FAB_RING = 0x19,  /* the receive ring the peer may write the stream into */
 	ULS_FAB_WROTE = 0x1a, /* stream bytes the sender wrote into the receiver's ring */
+	ULS_FAB_LEND = 0x1b,  /* an AVAIL of the program's own memory, for one send's time */
+	ULS_FAB_MOVED = 0x1c, /* ...whose bytes the sender copied to an AVAIL's place */
 };
 
 /*
@@ -203,6 +207,30 @@ struct uls_fab_taken {
 };
 
 /*
+ * LEND (9.6): as AVAIL, but the bytes lie in the sending program's own buffer for as long
+ * as its send waits, and the guard word is registered apart, under guard_key. MOVED: the
+ * lent bytes of the stream from fabric position pos on (len of them) now lie at addr
+ * under key, guarded as an AVAIL's (guard at guard_addr, same key).
+ */
+struct uls_fab_lend {
+	uint32_t len;
+	uint64_t addr;
+	uint64_t key;
+	uint64_t guard_addr;
+	uint64_t guard_key;
+	uint64_t guard;
+};
+
+struct uls_fab_moved {
+	uint64_t pos;
+	uint32_t len;
+	uint64_t addr;
+	uint64_t key;
+	uint64_t guard_addr;
+	uint64_t guard;
+};
+
+/*
  * RING (9.14): the sender's receive ring for this connection, registered for the peer's
  * RMA writes under key: the byte at fabric position p of the peer's stream goes to
  * addr + p % len, len being the window the sender announced. WROTE: the next len bytes of
@@ -293,6 +321,11 @@ void uls_fab_avail_pack(const struct uls_fab_avail *a, uint8_t out[ULS_FAB_AVAIL
 int uls_fab_avail_parse(struct uls_fab_avail *a, const void *buf, size_t len);
 void uls_fab_taken_pack(const struct uls_fab_taken *t, uint8_t out[ULS_FAB_TAKEN_SIZE]);
 int uls_fab_taken_parse(struct uls_fab_taken *t, const void *buf, size_t len);
+/* LEND and MOVED: len 1 or more, reserved 0, guard non-zero. */
+void uls_fab_lend_pack(const struct uls_fab_lend *l, uint8_t out[ULS_FAB_LEND_SIZE]);
+int uls_fab_lend_parse(struct uls_fab_lend *l, const void *buf, size_t len);
+void uls_fab_moved_pack(const struct uls_fab_moved *m, uint8_t out[ULS_FAB_MOVED_SIZE]);
+int uls_fab_moved_parse(struct uls_fab_moved *m, const void *buf, size_t len);
 /* RING: len a power of two from ULS_FAB_WINDOW_MIN to ULS_FAB_WINDOW_MAX, reserved 0;
  * WROTE: len 1 or more, reserved 0. */
 void uls_fab_ring_pack(const struct uls_fab_ring *r, uint8_t out[ULS_FAB_RING_SIZE]);

@@ -14,8 +14,16 @@
  * word placed after the ring, which the sender clears before the memory goes. One read
  * sees one address space, so a guard still in place after the bytes proves them the
  * stream's; one found changed (another image, another process under the same pid)
- * resets the connection instead of handing over bytes that are not the stream's. A peer that closes or leaves has its offers copied at
- * once (fab_run_pulls), so that its close and its exec need not wait for the program.
+ * resets the connection instead of handing over bytes that are not the stream's. A peer
+ * that closes or leaves has its offers copied at once (fab_run_pulls), so that its close
+ * and its exec need not wait for the program.
+ *
+ * Lends (LEND and MOVED) save the sender's copy too: where the profile spins, a long send
+ * offers the program's own buffer and waits about a copy's time for the peer's program to
+ * consume it (the window returns it at once then). Otherwise the bytes move into txbuf at
+ * their place, MOVED tells the reader, and only then does the lend's own guard go, so a
+ * reader that finds it changed finds MOVED in its queue and reads again from txbuf. One
+ * lend at a time per connection: its send holds the connection's send lock throughout.
  */
 #include "fabric_int.h"
 
@@ -24,11 +32,20 @@
 #include <string.h>
 
 #include "../../core/log.h"
+#include "../../core/spin.h"
 
 /* Registered txbufs kept after their connection, for a peer that may still read them. */
 #define LINGER_MAX (64u << 20)
 /* A read into the program's buffer of less than this goes through the receive buffer. */
 #define DIRECT_MIN 4096u
+/* A lending send waits for the peer to consume the bytes LEND_WAIT_NS plus a nanosecond
+ * a byte (a slow copy, and a sleeping reader's wake-up), before it moves them into txbuf. */
+#define LEND_WAIT_NS 50000u
+/* Long sends after a lend that moved that are offered from txbuf before the next lend. */
+#define LEND_SKIP 16u
+/* A receiver that finds a lend's guard changed waits this long for the MOVED sent before
+ * it (the provider's delivery), then resets the connection. */
+#define MOVED_WAIT_NS 10000000u
 
 struct fab_linger {
 	struct fab_linger *next;
@@ -81,24 +98,190 @@ ssize_t fab_offer_send(struct fab_conn *f, const struct iovec *iov, int iovcnt, 
 	return (ssize_t)run;
 }
 
-void fab_offer_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len)
+/* The lend's guard word, after the ring's in txbuf. */
+static uint64_t *lend_guard(struct fab_conn *f)
 {
-	struct uls_fab_avail a;
+	return (uint64_t *)(void *)(f->txbuf + f->peer_window + 8);
+}
 
-	if (!f->reads || uls_fab_avail_parse(&a, p, len) < 0)
-		return fab_violation(f, "AVAIL");
-	if (!fab_stream_admits(f, a.len))
+/* The peer's program consumed the lent bytes: the window returned them. Read into its
+ * receive buffer only, they are not taken: if the peer left before its program read them,
+ * this side would send them again on TCP (9.10), from txbuf. */
+static int lend_taken(const struct fab_conn *f)
+{
+	return f->tx_ret >= f->lend_pos + f->lend_len;
+}
+
+ssize_t fab_lend_send(struct fab_conn *f, const struct iovec *iov, int iovcnt, size_t skip,
+		      size_t n)
+{
+	if (f->no_offers || (!f->tx_mr && offer_register(f) < 0))
+		return -ENOTSUP;
+	int i = 0;
+	while (i < iovcnt && skip >= iov[i].iov_len)
+		skip -= iov[i++].iov_len;
+	if (i == iovcnt)
+		return -ENOTSUP;
+	size_t at = (size_t)(f->tx_fab % f->peer_window), run = f->peer_window - at;
+	if (run > n)
+		run = n;
+	if (run > iov[i].iov_len - skip)
+		run = iov[i].iov_len - skip;
+	if (run < FAB_LEND_MIN)
+		return -ENOTSUP;
+	/* A peer that let the last lend go unread is not asked again for a while: a send
+	 * must not spend twice a copy's time on every call to a slow reader. */
+	if (f->lend_skip) {
+		f->lend_skip--;
+		return -ENOTSUP;
+	}
+	uint8_t *src = (uint8_t *)iov[i].iov_base + skip;
+	struct uls_fab_lend l = {.len = (uint32_t)run,
+				 .guard_addr = f->tx_addr + f->peer_window + 8,
+				 .guard_key = f->tx_key,
+				 .guard = fab_random64() | 1};
+	if (uls_fab_ep_mr_reg(&fab.ep, src, run, FI_REMOTE_READ, fab_random64(), &f->lend_mr,
+			      &l.key, &l.addr) != 0)
+		return -ENOTSUP;
+	__atomic_store_n(lend_guard(f), l.guard, __ATOMIC_SEQ_CST);
+	uint8_t p[ULS_FAB_LEND_SIZE];
+	uls_fab_lend_pack(&l, p);
+	int r = fab_send_ctl(f, ULS_FAB_LEND, p, sizeof(p));
+	if (r < 0) {
+		__atomic_store_n(lend_guard(f), 0, __ATOMIC_SEQ_CST);
+		uls_fab_ep_mr_close(f->lend_mr);
+		f->lend_mr = NULL;
+		return r;
+	}
+	f->lend_src = src;
+	f->lend_pos = f->tx_fab;
+	f->lend_len = (uint32_t)run;
+	f->tx_fab += run;
+	f->offered_end = f->tx_fab;
+	/* The peer reads while this send spins; fab.mu goes between steps, as in any wait. */
+	uint64_t end = uls_now_ns() + LEND_WAIT_NS + run;
+	struct uls_spin sp;
+	uls_spin_start(&sp);
+	while (!lend_taken(f) && !f->err && !f->tx_stop && !f->peer_rev && !f->peer_closed &&
+	       !f->tcp_end) {
+		pthread_mutex_unlock(&fab.mu);
+		int more = uls_spin_until(&sp, end);
+		pthread_mutex_lock(&fab.mu);
+		if (!more)
+			break;
+		fab_progress();
+	}
+	fab_lend_settle(f);
+	return (ssize_t)run;
+}
+
+/* MOVED for the lend's bytes, now at txbuf + at, posted before the caller clears the
+ * lend's guard: a reader that finds the guard changed has it in its queue already. */
+static void lend_moved(struct fab_conn *f, size_t at)
+{
+	struct uls_fab_moved m = {.pos = f->lend_pos, .len = f->lend_len, .addr = f->tx_addr + at,
+				  .key = f->tx_key, .guard_addr = f->tx_addr + f->peer_window,
+				  .guard = f->guard};
+	uint8_t p[ULS_FAB_MOVED_SIZE];
+	uint64_t give_up = uls_now_ns() + MOVED_WAIT_NS;
+	int r;
+
+	uls_fab_moved_pack(&m, p);
+	while ((r = fab_send_ctl(f, ULS_FAB_MOVED, p, sizeof(p))) == -EAGAIN &&
+	       uls_now_ns() < give_up)
+		fab_progress();
+	while (r == 0 && fab_deferred_to(f->peer) && uls_now_ns() < give_up)
+		fab_progress();
+	if (r < 0 || fab_deferred_to(f->peer)) {
+		uls_warn("fabric: fd=%d the moved bytes of a lend could not be announced: the "
+			 "connection is reset", f->fd);
+		f->err = ECONNRESET;
+		fab_news(f);
+	}
+}
+
+void fab_lend_settle(struct fab_conn *f)
+{
+	if (!f->lend_len)
+		return;
+	if (lend_taken(f)) {
+		f->lent += f->lend_len;
+	} else if (!f->err) {
+		/* The bytes go to their place in txbuf, where an AVAIL's would be (the window
+		 * kept it free). A peer that reads no more (its REVERT came) gets what it did
+		 * not consume again on TCP, from there. */
+		size_t at = (size_t)(f->lend_pos % f->peer_window);
+		memcpy(f->txbuf + at, f->lend_src, f->lend_len);
+		f->moved += f->lend_len;
+		f->lend_skip = LEND_SKIP;
+		if (!f->peer_rev && !f->tx_stop)
+			lend_moved(f, at);
+	}
+	__atomic_store_n(lend_guard(f), 0, __ATOMIC_SEQ_CST);
+	uls_fab_ep_mr_close(f->lend_mr);
+	f->lend_mr = NULL;
+	f->lend_src = NULL;
+	f->lend_len = 0;
+}
+
+static void offer_add(struct fab_conn *f, const struct fab_offer *o)
+{
+	if (!fab_stream_admits(f, o->len))
 		return;
 	uint32_t max = fab_offers_max(f);
 	if (f->off_n >= max)
 		return fab_violation(f, "too many offers");
 	if (!f->offers && !(f->offers = calloc(max, sizeof(*f->offers))))
 		return fab_violation(f, "out of memory for an offer");
-	f->offers[(f->off_head + f->off_n) % max] =
-		(struct fab_offer){.pos = f->rx_in, .addr = a.addr, .key = a.key,
-				   .guard_addr = a.guard_addr, .guard = a.guard, .len = a.len};
+	f->offers[(f->off_head + f->off_n) % max] = *o;
 	f->off_n++;
-	f->rx_in += a.len;
+	f->rx_in += o->len;
+}
+
+void fab_offer_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len)
+{
+	struct uls_fab_avail a;
+
+	if (!f->reads || uls_fab_avail_parse(&a, p, len) < 0)
+		return fab_violation(f, "AVAIL");
+	offer_add(f, &(struct fab_offer){.pos = f->rx_in, .addr = a.addr, .key = a.key,
+					 .guard_addr = a.guard_addr, .guard_key = a.key,
+					 .guard = a.guard, .len = a.len});
+}
+
+void fab_lend_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len)
+{
+	struct uls_fab_lend l;
+
+	if (!f->reads || uls_fab_lend_parse(&l, p, len) < 0)
+		return fab_violation(f, "LEND");
+	offer_add(f, &(struct fab_offer){.pos = f->rx_in, .addr = l.addr, .key = l.key,
+					 .guard_addr = l.guard_addr, .guard_key = l.guard_key,
+					 .guard = l.guard, .len = l.len, .lent = 1});
+	f->lend_due = f->rx_in; /* its sender waits: the window goes back once it is read */
+}
+
+void fab_moved_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len)
+{
+	struct uls_fab_moved m;
+
+	if (!f->reads || uls_fab_moved_parse(&m, p, len) < 0 || m.pos > f->rx_in ||
+	    m.len > f->rx_in - m.pos)
+		return fab_violation(f, "MOVED");
+	/* The lent offer, or what is left of it; none when it was read meanwhile (the
+	 * sender moved the bytes before the window returned them). */
+	uint32_t max = fab_offers_max(f);
+	for (uint32_t i = 0; i < f->off_n; i++) {
+		struct fab_offer *o = &f->offers[(f->off_head + i) % max];
+		if (!o->lent || o->pos < m.pos || o->pos + o->len > m.pos + m.len)
+			continue;
+		o->addr = m.addr + (o->pos - m.pos);
+		o->key = m.key;
+		o->guard_addr = m.guard_addr;
+		o->guard_key = m.key;
+		o->guard = m.guard;
+		o->lent = 0;
+	}
 }
 
 void fab_taken_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len)
@@ -140,17 +323,38 @@ static int offer_read(struct fab_conn *f, struct iovec *local, size_t nl, size_t
 {
 	const struct fab_offer *o = &f->offers[f->off_head];
 	static uint64_t seen; /* fab.mu held: one read at a time */
-	struct fi_rma_iov data = {.addr = o->addr, .len = n, .key = o->key};
-	struct fi_rma_iov guard = {.addr = o->guard_addr, .len = sizeof(seen), .key = o->key};
 	struct iovec at_seen = {&seen, sizeof(seen)};
+	uint64_t give_up = 0;
+	int r, ok = 0;
 
-	seen = 0;
 	reading = 1; /* the reads progress, and a FIN they bring must not pull this offer */
-	int r = fab_read(local, nl, &data, 1, f->peer);
-	if (r == 0)
-		r = fab_read(&at_seen, 1, &guard, 1, f->peer);
+	for (;;) {
+		/* The reads progress: a MOVED they bring changes *o, not the read under way. */
+		const struct fab_offer was = *o;
+		struct fi_rma_iov data = {.addr = was.addr, .len = n, .key = was.key};
+		struct fi_rma_iov guard = {.addr = was.guard_addr, .len = sizeof(seen),
+					   .key = was.guard_key};
+		seen = 0;
+		r = fab_read(local, nl, &data, 1, f->peer);
+		if (r == 0)
+			r = fab_read(&at_seen, 1, &guard, 1, f->peer);
+		ok = r == 0 && seen == was.guard;
+		if (ok || !was.lent)
+			break;
+		/* A lend whose send stopped waiting: its bytes moved, and MOVED, sent before
+		 * the guard changed, says where (fab_moved_arrival clears o->lent). */
+		uint64_t now = uls_now_ns();
+		if (!give_up)
+			give_up = now + MOVED_WAIT_NS;
+		while (o->lent && !f->err && now < give_up) {
+			fab_progress();
+			now = uls_now_ns();
+		}
+		if (o->lent || f->err)
+			break;
+	}
 	reading = 0;
-	if (r == 0 && seen == o->guard) {
+	if (ok) {
 		f->offers_read += n;
 		return 0;
 	}
@@ -266,6 +470,9 @@ int fab_offers_untaken(const struct fab_conn *f)
 
 void fab_offer_release(struct fab_conn *f)
 {
+	if (f->orphan) /* a fork child's copy: the lend is the parent's */
+		f->lend_len = 0;
+	fab_lend_settle(f);
 	free(f->offers);
 	f->offers = NULL;
 	f->off_n = 0;

@@ -463,6 +463,12 @@ static void flush_deferred(void)
 	def_n = kept;
 }
 
+int fab_deferred_to(fi_addr_t dest)
+{
+	flush_deferred();
+	return dest_waits(dest, def_n);
+}
+
 /* Posts op's slot of len bytes: 0 (posted or, with may_defer, deferred), or -errno with
  * the slot given back. */
 static int post_tx(struct fab_op *op, struct fab_conn *f, fi_addr_t dest, uint32_t cls,
@@ -534,7 +540,8 @@ static int conn_post(struct fab_conn *f, struct fab_op *op, uint8_t *slot, int t
 	/* A peer asleep for window or for data has it on its way: its wake-up byte. */
 	if (r == 0 && f->wake_want &&
 	    ((wnd && (f->wake_want & ULS_FAB_WANT_SPACE)) ||
-	     ((type == ULS_FAB_DATA || type == ULS_FAB_AVAIL || type == ULS_FAB_WROTE) &&
+	     ((type == ULS_FAB_DATA || type == ULS_FAB_AVAIL || type == ULS_FAB_LEND ||
+	       type == ULS_FAB_WROTE) &&
 	      (f->wake_want & ULS_FAB_WANT_DATA)) ||
 	     type == ULS_FAB_FIN || type == ULS_FAB_RESET))
 		fab_wake_answer(f);
@@ -786,6 +793,10 @@ static void conn_arrival(struct fab_conn *f, const struct uls_fab_hdr *h, const 
 		return fab_offer_arrival(f, p, h->len);
 	case ULS_FAB_TAKEN:
 		return fab_taken_arrival(f, p, h->len);
+	case ULS_FAB_LEND:
+		return fab_lend_arrival(f, p, h->len);
+	case ULS_FAB_MOVED:
+		return fab_moved_arrival(f, p, h->len);
 	case ULS_FAB_RING:
 		return fab_ring_arrival(f, p, h->len);
 	case ULS_FAB_WROTE:
