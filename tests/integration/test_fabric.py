@@ -768,6 +768,41 @@ os.write(c, b"done")
 """
 
 
+EXIT_AT_ONCE_SERVER = r"""
+import socket, sys, time
+ls = socket.socket(); ls.bind((sys.argv[1], 0)); ls.listen(1)
+print("READY port=%d" % ls.getsockname()[1], flush=True)
+time.sleep(1.5)                         # accepts after the client is gone
+c, _ = ls.accept()
+got = b""
+while True:                             # reads to the end, on TCP
+    b = c.recv(4096)
+    if not b:
+        break
+    got += b
+print("GOT %r" % got, flush=True)
+"""
+
+EXIT_AT_ONCE_CLIENT = r"""
+import os, socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+s.sendall(b"bye")
+os._exit(0)                             # no close, the handshake still under way
+"""
+
+
+def test_exit_before_the_handshake(hosts):
+    """A client that connects, sends 3 bytes and ends with _exit (no close), while its
+    server has not accepted yet, so the fabric handshake cannot have ended: the bytes
+    arrive on TCP, and the client's path line, logged at exit, says it lived on kernel
+    TCP and why (README's list of reasons)."""
+    server, client = _py_pair(hosts, EXIT_AT_ONCE_SERVER, [], EXIT_AT_ONCE_CLIENT, [])
+    server.wait()
+    assert "GOT b'bye'" in server.output(), server.describe()
+    expect_paths(client, "kernel", count=1,
+                 reason="fabric: the process ended before the handshake did")
+
+
 def test_exec_inherits_no_fabric_descriptors(hosts):
     """After an exec, the new image holds the program's descriptors and nothing of
     libfabric's (its providers open sockets, socket pairs and epoll sets without

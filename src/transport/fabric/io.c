@@ -1352,6 +1352,15 @@ void fab_last_words(void)
 		if (pthread_mutex_trylock(&fab.mu) != 0)
 			return;
 	}
+	/* A connection whose handshake had not ended lived on TCP: its path says so, as a
+	 * close's would (the process's state goes with it, so only the line). */
+	for (struct fab_conn *f = fab.conns; f; f = f->next)
+		if (!f->orphan && atomic_load(&f->c->path) == ULS_PATH_PENDING && !f->c->logged &&
+		    uls_cfg.log_level >= ULS_LOG_INFO) {
+			char names[140];
+			uls_info("fd=%d %s path=kernel reason=fabric: the process ended before the "
+				 "handshake did", f->fd, uls_conn_names(f->c, names, sizeof(names)));
+		}
 	pthread_mutex_unlock(&fab.mu);
 }
 
