@@ -605,6 +605,10 @@ static ssize_t fab_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flag
 	pthread_mutex_unlock(&f->rx_mu);
 	if (n > 0 && !(flags & MSG_PEEK))
 		stat_add(c->stat ? &c->stat->rx_bytes : NULL, (size_t)n);
+	/* The call's waits may have brought the handshake's last message: it ends now, not
+	 * at the program's next call, which may never come (it exits). */
+	if (__builtin_expect(!f->announced, 0))
+		fab_step(f, fd);
 	return n;
 }
 
@@ -839,6 +843,8 @@ static ssize_t fab_tx(struct uls_conn *c, int fd, const struct iovec *iov, int i
 	pthread_mutex_unlock(&f->tx_mu);
 	if (n > 0)
 		stat_add(c->stat ? &c->stat->tx_bytes : NULL, (size_t)n);
+	if (__builtin_expect(!f->announced, 0)) /* as at the end of fab_recv */
+		fab_step(f, fd);
 	return n;
 }
 
