@@ -311,9 +311,6 @@ ssize_t fab_offer_send(struct fab_conn *f, const struct iovec *iov, int iovcnt, 
  * the peer to take them, or moves them into txbuf: the count, or -errno as above. */
 ssize_t fab_lend_send(struct fab_conn *f, const struct iovec *iov, int iovcnt, size_t skip,
 		      size_t n);
-/* The lend in flight, if any, ends: its bytes go into txbuf at their place unless the
- * peer took them, MOVED tells the peer so, and the program's memory is no longer read. */
-void fab_lend_settle(struct fab_conn *f);
 void fab_offer_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len);
 void fab_lend_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len);
 void fab_moved_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len);

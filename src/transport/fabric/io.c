@@ -1359,14 +1359,19 @@ void fab_last_words(void)
 			return;
 	}
 	/* A connection whose handshake had not ended lived on TCP: its path says so, as a
-	 * close's would (the process's state goes with it, so only the line). */
-	for (struct fab_conn *f = fab.conns; f; f = f->next)
-		if (!f->orphan && atomic_load(&f->c->path) == ULS_PATH_PENDING && !f->c->logged &&
-		    uls_cfg.log_level >= ULS_LOG_INFO) {
-			char names[140];
-			uls_info("fd=%d %s path=kernel reason=fabric: the process ended before the "
-				 "handshake did", f->fd, uls_conn_names(f->c, names, sizeof(names)));
-		}
+	 * close's would. Only the path and its line: the rest of the state goes with the
+	 * process (a lock another thread holds is not waited for). */
+	for (struct fab_conn *f = fab.conns; f; f = f->next) {
+		struct uls_conn *c = f->c;
+		if (f->orphan || atomic_load(&c->path) != ULS_PATH_PENDING ||
+		    pthread_mutex_trylock(&c->mu) != 0)
+			continue;
+		snprintf(c->reason, sizeof(c->reason), "fabric: the process ended before the "
+			 "handshake did");
+		atomic_store(&c->path, ULS_PATH_KERNEL);
+		pthread_mutex_unlock(&c->mu);
+		uls_conn_log_path(c, f->fd);
+	}
 	pthread_mutex_unlock(&fab.mu);
 }
 

@@ -98,10 +98,12 @@ ssize_t fab_offer_send(struct fab_conn *f, const struct iovec *iov, int iovcnt, 
 	return (ssize_t)run;
 }
 
-/* The lend's guard word, after the ring's in txbuf. */
+/* The lend's guard word, after the ring's in txbuf (FAB_GUARD holds both). */
+#define LEND_GUARD_AT 8u
+
 static uint64_t *lend_guard(struct fab_conn *f)
 {
-	return (uint64_t *)(void *)(f->txbuf + f->peer_window + 8);
+	return (uint64_t *)(void *)(f->txbuf + f->peer_window + LEND_GUARD_AT);
 }
 
 /* The peer's program consumed the lent bytes: the window returned them. Read into its
@@ -111,6 +113,8 @@ static int lend_taken(const struct fab_conn *f)
 {
 	return f->tx_ret >= f->lend_pos + f->lend_len;
 }
+
+static void lend_settle(struct fab_conn *f);
 
 ssize_t fab_lend_send(struct fab_conn *f, const struct iovec *iov, int iovcnt, size_t skip,
 		      size_t n)
@@ -137,7 +141,7 @@ ssize_t fab_lend_send(struct fab_conn *f, const struct iovec *iov, int iovcnt, s
 	}
 	uint8_t *src = (uint8_t *)iov[i].iov_base + skip;
 	struct uls_fab_lend l = {.len = (uint32_t)run,
-				 .guard_addr = f->tx_addr + f->peer_window + 8,
+				 .guard_addr = f->tx_addr + f->peer_window + LEND_GUARD_AT,
 				 .guard_key = f->tx_key,
 				 .guard = fab_random64() | 1};
 	if (uls_fab_ep_mr_reg(&fab.ep, src, run, FI_REMOTE_READ, fab_random64(), &f->lend_mr,
@@ -171,7 +175,7 @@ ssize_t fab_lend_send(struct fab_conn *f, const struct iovec *iov, int iovcnt, s
 			break;
 		fab_progress();
 	}
-	fab_lend_settle(f);
+	lend_settle(f);
 	return (ssize_t)run;
 }
 
@@ -200,7 +204,9 @@ static void lend_moved(struct fab_conn *f, size_t at)
 	}
 }
 
-void fab_lend_settle(struct fab_conn *f)
+/* The lend in flight, if any, ends: its bytes go into txbuf at their place unless the
+ * peer took them, MOVED tells the peer so, and the program's memory is no longer read. */
+static void lend_settle(struct fab_conn *f)
 {
 	if (!f->lend_len)
 		return;
@@ -472,7 +478,7 @@ void fab_offer_release(struct fab_conn *f)
 {
 	if (f->orphan) /* a fork child's copy: the lend is the parent's */
 		f->lend_len = 0;
-	fab_lend_settle(f);
+	lend_settle(f);
 	free(f->offers);
 	f->offers = NULL;
 	f->off_n = 0;
