@@ -1361,13 +1361,13 @@ void fab_last_words(void)
 	/* A connection whose handshake had not ended lived on TCP: its path says so, as a
 	 * close's would. Only the path and its line: the rest of the state goes with the
 	 * process (a lock another thread holds is not waited for). */
+	static const char ended[] = "fabric: the process ended before the handshake did";
 	for (struct fab_conn *f = fab.conns; f; f = f->next) {
 		struct uls_conn *c = f->c;
 		if (f->orphan || atomic_load(&c->path) != ULS_PATH_PENDING ||
 		    pthread_mutex_trylock(&c->mu) != 0)
 			continue;
-		snprintf(c->reason, sizeof(c->reason), "fabric: the process ended before the "
-			 "handshake did");
+		snprintf(c->reason, sizeof(c->reason), "%s", ended);
 		atomic_store(&c->path, ULS_PATH_KERNEL);
 		pthread_mutex_unlock(&c->mu);
 		uls_conn_log_path(c, f->fd);
