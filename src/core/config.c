@@ -328,6 +328,18 @@ static int parse_fabric_wait(const char *s, struct uls_config *cfg,
 	return -1;
 }
 
+static int parse_fabric_untagged(const char *s, struct uls_config *cfg,
+				 struct ulsock_config_bad *bad)
+{
+	if (strcmp(s, "0") == 0 || strcmp(s, "1") == 0) {
+		cfg->fabric_untagged = s[0] == '1';
+		return 0;
+	}
+	snprintf(bad->problem, sizeof(bad->problem), "is not 1 (untagged) or 0 (tagged)");
+	snprintf(bad->used, sizeof(bad->used), "using 1");
+	return -1;
+}
+
 /* The allow-list, the provider and the key are the fabric transport's to check, when a
  * connection first needs them (it logs a bad one once, and keeps to TCP). */
 static int keep_fabric_peers(const char *s, struct uls_config *cfg, struct ulsock_config_bad *bad)
@@ -369,6 +381,7 @@ static const struct {
 	{ULSOCK_ENV_FABRIC_KEY, keep_fabric_key},
 	{ULSOCK_ENV_FABRIC_PORT, parse_fabric_port},
 	{ULSOCK_ENV_FABRIC_WAIT_MS, parse_fabric_wait},
+	{ULSOCK_ENV_FABRIC_UNTAGGED, parse_fabric_untagged},
 };
 #define NVARS (sizeof(vars) / sizeof(vars[0]))
 
@@ -398,6 +411,7 @@ int uls_config_parse(struct uls_config *cfg, ulsock_config_bad_fn bad_fn, void *
 	cfg->fabric_peers = cfg->fabric_provider = cfg->fabric_key = NULL;
 	cfg->fabric_port = ULS_FABRIC_PORT;
 	cfg->fabric_wait_ms = ULS_FABRIC_WAIT_MS;
+	cfg->fabric_untagged = 1;
 	for (size_t i = 0; i < NVARS; i++) {
 		const char *s = getenv(vars[i].name);
 		struct ulsock_config_bad bad = {.var = vars[i].name};
@@ -452,12 +466,12 @@ static void log_config(void)
 		n += (size_t)snprintf(trusted + n, sizeof(trusted) - n, "%s%u", i ? "," : "",
 				      (unsigned)uls_cfg.trusted[i]);
 	uls_dbg("config: profile=%s spin_us=%lld rx_pace_ns=%" PRIu64 " ring_size=%" PRIu64
-		" log=%s log_file=%s disable=%d trust_uids=%s fabric_wait_ms=%u",
+		" log=%s log_file=%s disable=%d trust_uids=%s fabric_wait_ms=%u fabric_untagged=%d",
 		profile_names[uls_cfg.profile],
 		uls_cfg.spin_ns < 0 ? -1ll : (long long)(uls_cfg.spin_ns / 1000),
 		uls_cfg.rx_pace_ns, uls_cfg.ring_size, level_names[uls_cfg.log_level],
 		uls_cfg.log_file ? uls_cfg.log_file : "-", uls_cfg.disabled, trusted,
-		(unsigned)uls_cfg.fabric_wait_ms);
+		(unsigned)uls_cfg.fabric_wait_ms, uls_cfg.fabric_untagged);
 }
 
 /* Logs the bad values, and at level debug the configuration, where the log will go:

@@ -43,13 +43,15 @@ struct uls_config {
 	/*
 	 * Between hosts (docs/protocol.md 9.1): the allow-list and the provider as set (the
 	 * fabric transport parses them when it first needs them; NULL: unset), the key
-	 * file's path, the directory port, and how long a handshake waits for the peer.
+	 * file's path, the directory port, how long a handshake waits for the peer, and
+	 * whether connection slots are posted untagged where the provider can (9.2).
 	 */
 	const char *fabric_peers;
 	const char *fabric_provider;
 	const char *fabric_key;
 	uint16_t fabric_port;
 	uint32_t fabric_wait_ms;
+	int fabric_untagged;
 	uid_t uid;
 };
 

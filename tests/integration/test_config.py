@@ -36,6 +36,7 @@ PROBLEM = {
     "ULSOCK_DISABLE": "is not 1 (disable) or 0",
     "ULSOCK_TRUST_UIDS": "is not a comma-separated list of up to 16 uids",
     "ULSOCK_FABRIC_WAIT_MS": "is not a count of milliseconds from 100 to 600000",
+    "ULSOCK_FABRIC_UNTAGGED": "is not 1 (untagged) or 0 (tagged)",
 }
 
 # (variable, bad value, what the warning says is used, the `config:` fields that show it).
@@ -68,6 +69,8 @@ BAD = [
     ("ULSOCK_FABRIC_WAIT_MS", "99", "using 10000", {"fabric_wait_ms": "10000"}),
     ("ULSOCK_FABRIC_WAIT_MS", "600001", "using 10000", {"fabric_wait_ms": "10000"}),
     ("ULSOCK_FABRIC_WAIT_MS", "2s", "using 10000", {"fabric_wait_ms": "10000"}),
+    ("ULSOCK_FABRIC_UNTAGGED", "no", "using 1", {"fabric_untagged": "1"}),
+    ("ULSOCK_FABRIC_UNTAGGED", "2", "using 1", {"fabric_untagged": "1"}),
 ]
 
 # (variable, good value, the `config:` fields that show it taken; None: not visible there).
@@ -95,6 +98,8 @@ GOOD = [
     ("ULSOCK_FABRIC_WAIT_MS", "100", {"fabric_wait_ms": "100"}),
     ("ULSOCK_FABRIC_WAIT_MS", "600000", {"fabric_wait_ms": "600000"}),
     ("ULSOCK_FABRIC_WAIT_MS", "", {"fabric_wait_ms": "10000"}),
+    ("ULSOCK_FABRIC_UNTAGGED", "0", {"fabric_untagged": "0"}),
+    ("ULSOCK_FABRIC_UNTAGGED", "1", {"fabric_untagged": "1"}),
 ]
 
 

@@ -68,6 +68,37 @@ def test_integrity(uls, netns, provider, mode, io):
         assert wrote > (sent + got) // 4, (wrote, sent, got)
 
 
+@pytest.mark.parametrize("provider", [PROVIDER, "shm"])
+@pytest.mark.parametrize("tagged", ["client", "server", "both"])
+def test_tagged_connection_slots(uls, netns, provider, tagged):
+    """Connection slots are posted untagged where the provider has untagged messages, so
+    that a short message's match walks no handshake or bulk slot (protocol.md 9.2);
+    ULSOCK_FABRIC_UNTAGGED=0 keeps them tagged, as on a provider with tagged messages
+    only.  Each side sends as the other announced (CONNECT and ACCEPT, flag UNTAGGED):
+    with either side tagged, or both, random sizes both ways arrive whole, on the
+    fabric at both ends."""
+    hosts = Hosts(uls, netns, provider=provider)
+    conns, size = 2, 1 << 20
+    max_io = str(4 << 20 if provider == "shm" else 65536)
+    env = {"ULSOCK_FABRIC_UNTAGGED": "0"}
+    server, port = hosts.server("--mode", "duplex", "--max-conns", str(conns), "--nonblock",
+                                "--io", "mix", "--bytes", str(size), "--min-io", "1",
+                                "--max-io", max_io,
+                                env=env if tagged in ("server", "both") else None)
+    client = hosts.client(port, "--mode", "duplex", "--conns", str(conns), "--bytes", str(size),
+                          "--io", "mix", "--min-io", "1", "--max-io", max_io, "--hold",
+                          "--settle", "2000", env=env if tagged in ("client", "both") else None)
+    server.wait()
+    all_ok(server, conns)
+    expect_paths(client, "fabric", count=conns, peer_port=port)
+    expect_paths(server, "fabric", count=conns, local_port=port)
+    for side, proc in (("client", client), ("server", server)):
+        untagged = "untagged connection slots" in proc.log_text()
+        assert untagged == (tagged not in (side, "both")), (side, proc.log_text())
+    ttx, ftx, trx, frx = fabric_counts(client)
+    assert ftx >= conns * size and frx >= conns * size, (ttx, ftx, trx, frx)
+
+
 def test_switch_mid_stream(hosts):
     """A non-blocking connect sends on TCP before the handshake ends: each direction
     carries bytes on TCP, then on the fabric, and reads straddle the switch (byte-exact)."""

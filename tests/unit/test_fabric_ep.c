@@ -360,8 +360,13 @@ static void run(const char *prov)
 	CHECK(mapped("libfabric"));
 	CHECK(strstr(prov, e.prov) != NULL || strstr(e.prov, prov) != NULL);
 	printf("%s: provider %s, fabric %s, wait fd %d, address %zu bytes, mr_mode %#llx, "
-	       "sources %s\n", prov, e.prov, e.fabric_name, e.wait_fd, e.addr_len,
-	       (unsigned long long)e.info->domain_attr->mr_mode, e.source ? "reported" : "not");
+	       "sources %s, untagged messages %s, inject %zu\n", prov, e.prov, e.fabric_name,
+	       e.wait_fd, e.addr_len, (unsigned long long)e.info->domain_attr->mr_mode,
+	       e.source ? "reported" : "not", e.msg ? "too" : "not", e.inject_size);
+	/* Every provider here has untagged messages besides tagged ones (protocol.md 9.2),
+	 * asked last with what was taken before; only shm's injects are taken. */
+	CHECK(e.msg);
+	CHECK(e.inject_size == 0 || strcmp(e.prov, "shm") == 0);
 	pool_rules(&e);
 	struct uls_fab_pool tx, rx;
 	pools_open(&e, &tx, &rx);

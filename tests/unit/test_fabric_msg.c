@@ -337,7 +337,8 @@ static void connect_ranges(void)
 	CONNECT_IS(flags, ULS_FAB_CF_NEED_WAKE, 0);
 	CONNECT_IS(flags, ULS_FAB_CF_READS | ULS_FAB_CF_NEED_WAKE, 0);
 	CONNECT_IS(flags, ULS_FAB_CF_WRITES | ULS_FAB_CF_MAC, 0);
-	for (int bit = 4; bit < 16; bit++)
+	CONNECT_IS(flags, ULS_FAB_CF_UNTAGGED | ULS_FAB_CF_READS, 0);
+	for (int bit = 5; bit < 16; bit++)
 		CONNECT_IS(flags, 1u << bit | ULS_FAB_CF_MAC, P);
 	for (uint32_t s = 2048; s <= 65536; s *= 2)
 		CONNECT_IS(slot_size, s, 0);

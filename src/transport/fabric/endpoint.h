@@ -33,6 +33,8 @@ struct uls_fab_ep {
 	int reads;   /* RMA reads of a peer's registered memory (uls_fab_ep_read) */
 	int writes;  /* RMA writes into it, ordered before later sends (uls_fab_ep_write) */
 	int source;  /* each message's source is reported (FI_SOURCE: uls_fab_ep_poll) */
+	int msg;     /* untagged messages too (FI_MSG: uls_fab_ep_send, uls_fab_ep_recv) */
+	size_t inject_size; /* the longest send the provider copies in the call itself */
 	size_t addr_len;
 	uint8_t addr[ULS_FAB_ADDR_MAX]; /* this endpoint's address (fi_getname) */
 	char prov[32];                 /* the provider, as fi_info names it */
@@ -63,6 +65,16 @@ ssize_t uls_fab_ep_tsend(struct uls_fab_ep *e, const void *buf, size_t len, void
 			 fi_addr_t dest, uint64_t tag, struct fi_context *ctx);
 ssize_t uls_fab_ep_trecv(struct uls_fab_ep *e, void *buf, size_t len, void *desc,
 			 fi_addr_t src, uint64_t tag, uint64_t ignore, struct fi_context *ctx);
+/* The same, untagged (where e->msg is set): a provider keeps untagged receives in a queue
+ * of their own, matched by source alone. */
+ssize_t uls_fab_ep_send(struct uls_fab_ep *e, const void *buf, size_t len, void *desc,
+			fi_addr_t dest, struct fi_context *ctx);
+/* A send of at most e->inject_size bytes that the provider copies before it returns: no
+ * completion follows, and buf is free at once. tagged: with tag, else untagged. */
+ssize_t uls_fab_ep_inject(struct uls_fab_ep *e, const void *buf, size_t len, fi_addr_t dest,
+			  int tagged, uint64_t tag);
+ssize_t uls_fab_ep_recv(struct uls_fab_ep *e, void *buf, size_t len, void *desc,
+			fi_addr_t src, struct fi_context *ctx);
 
 /*
  * Registers len bytes at buf for the peer's reads or writes (access: FI_REMOTE_READ,

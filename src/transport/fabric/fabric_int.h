@@ -120,6 +120,7 @@ struct fab_conn {
 	 */
 	int need_wake;        /* this side sleeps on TCP: it sends SLEEP (no wait fd) */
 	int peer_need_wake;   /* the peer does: this side answers its SLEEPs */
+	int peer_untagged;    /* the peer's connection slots are untagged: sent so (9.2) */
 	uint32_t sleeps;      /* SLEEPs sent */
 	uint64_t rx_wake;     /* wake-up bytes read off TCP (at most one per SLEEP) */
 	uint32_t peer_sleeps; /* the peer's SLEEPs seen */
@@ -211,6 +212,7 @@ struct fab_proc {
 	struct uls_fab_pool rxb, txb; /* bulk slots, empty where too few fit the budget */
 	struct fab_op *ops; /* one per slot: rxp's, rxb's, txp's (from tx_base), txb's */
 	uint32_t tx_base, txb_base;
+	int untagged; /* connection slots posted untagged (9.2): FI_MSG, ULSOCK_FABRIC_UNTAGGED */
 	uint64_t ep_id;
 	struct fab_conn *conns;
 	struct fab_conn *bucket[1024];
@@ -242,6 +244,9 @@ void fab_flush(uint64_t ns);
 /* Before a sleep on the wait descriptor (fab.mu held): 1 when it may sleep, 0 when
  * completions wait (read them first) or the provider has no wait descriptor. */
 int fab_trywait(void);
+/* Posts again the connection slots taken since the last post (fab.mu held): before a
+ * sleep. */
+void fab_repost(void);
 /* A short wait's sleep (fab.mu not held): 1 ms on the wait descriptor after a trywait
  * that allowed it (may), 1 ms without one on a provider that has none. */
 void fab_sleep_1ms(int may);

@@ -283,6 +283,7 @@ static int fab_wait(struct fab_conn *f, int fd, int rx, uint64_t deadline, struc
 	}
 	pthread_mutex_lock(&fab.mu);
 	fab_progress();
+	fab_repost();
 	int open = fab.state > 0 && fab.pid == uls_pid();
 	int nowake = open && fab.ep.wait_fd < 0; /* no wait descriptor: sleeps in slices */
 	may = open && !nowake && fab_trywait();
@@ -941,6 +942,7 @@ static void fab_arm(struct uls_conn *c, int events)
 		} else {
 			/* No wait descriptor: the peer's wake-up byte makes the socket readable. */
 			fab_progress();
+			fab_repost();
 			uint32_t want = 0;
 			if ((events & POLLIN) && rx_on_fabric(f) && f->rx_in == f->rx_out)
 				want |= ULS_FAB_WANT_DATA;
@@ -1375,14 +1377,16 @@ void fab_last_words(void)
 	pthread_mutex_unlock(&fab.mu);
 }
 
-/* A thread is about to sleep: sends still posted are pushed out first, for a while (the
- * program may sleep on something else, where no progress runs: fab_flush). */
+/* A thread is about to sleep: connection slots taken are posted again (fab_repost), and
+ * sends still posted are pushed out first, for a while (the program may sleep on
+ * something else, where no progress runs: fab_flush). */
 static void fab_idle(void)
 {
-	if (fab.state <= 0 || fab.pid != uls_pid() || !atomic_load(&fab.tx_posted) ||
-	    pthread_mutex_trylock(&fab.mu) != 0)
+	if (fab.state <= 0 || fab.pid != uls_pid() || pthread_mutex_trylock(&fab.mu) != 0)
 		return;
-	fab_flush(FLUSH_NS);
+	fab_repost();
+	if (atomic_load(&fab.tx_posted))
+		fab_flush(FLUSH_NS);
 	pthread_mutex_unlock(&fab.mu);
 }
 

@@ -254,7 +254,7 @@ int uls_fab_connect_check(const struct uls_fab_connect *c)
 	if (c->version != ULS_FAB_PROTO_VERSION)
 		return ULS_FAB_R_VERSION;
 	if ((c->flags & ~(ULS_FAB_CF_MAC | ULS_FAB_CF_NEED_WAKE | ULS_FAB_CF_READS |
-			  ULS_FAB_CF_WRITES)) != 0 ||
+			  ULS_FAB_CF_WRITES | ULS_FAB_CF_UNTAGGED)) != 0 ||
 	    !pow2(c->slot_size) || c->slot_size < ULS_FAB_SLOT_MIN ||
 	    c->slot_size > ULS_FAB_SLOT_MAX || c->conn_window < ULS_FAB_WINDOW_MIN ||
 	    c->conn_window > ULS_FAB_WINDOW_MAX || c->pair_grant < 1 ||

@@ -100,6 +100,7 @@ enum uls_fab_reason {
 #define ULS_FAB_CF_NEED_WAKE 0x2u  /* CONNECT, ACCEPT: the sender has no CQ wait fd */
 #define ULS_FAB_CF_READS 0x4u      /* CONNECT, ACCEPT: the sender reads and makes AVAILs */
 #define ULS_FAB_CF_WRITES 0x8u     /* CONNECT, ACCEPT: the sender writes and takes writes */
+#define ULS_FAB_CF_UNTAGGED 0x10u  /* CONNECT, ACCEPT: its connection slots are untagged */
 #define ULS_FAB_SWITCH_NONE 0x1u   /* this direction stays on TCP */
 #define ULS_FAB_FIN_CLOSE 0x1u     /* the last holder closed */
 #define ULS_FAB_WANT_DATA 0x1u     /* SLEEP */

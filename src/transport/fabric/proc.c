@@ -37,6 +37,7 @@ struct fab_op {
 	uint8_t rx;     /* a receive slot (else a send's) */
 	uint8_t cls;    /* a receive's class */
 	uint8_t posted;
+	uint8_t untagged; /* a send to connection slots posted untagged (9.2) */
 	uint32_t len;   /* a send's */
 	uint64_t since; /* a deferred send's first try (ns) */
 	uint64_t tag;   /* a send's connection (its own tag), 0 for handshakes */
@@ -83,12 +84,27 @@ uint64_t fab_random64(void)
 }
 
 static uint32_t unposted; /* receive slots the provider had no room for yet */
+/*
+ * Small connection slots taken, posted again later: at the end of a progress that found
+ * nothing (a wait's), before a sleep, or once later_max wait. Posting one costs a
+ * provider call (shm: its locks, about 80 ns) that a short message's way from the
+ * provider to the program need not wait for; at least three quarters of them stay
+ * posted meanwhile, and a message that finds none waits in the provider's unexpected
+ * queue. Handshake and bulk slots go back at once.
+ */
+#define REPOST_LATER 32u
+static struct fab_op *later[REPOST_LATER];
+static uint32_t later_n, later_max;
 
+/* Connection slots are untagged where the provider has untagged messages (9.2). */
 static int post_rx(struct fab_op *op)
 {
-	ssize_t r = uls_fab_ep_trecv(&fab.ep, uls_fab_slot(op->pool, op->idx),
-				     op->pool->slot_size, op->pool->desc, FI_ADDR_UNSPEC, op->cls,
-				     0, &op->ctx);
+	void *slot = uls_fab_slot(op->pool, op->idx);
+	ssize_t r = op->cls == FAB_CLASS_CONN && fab.untagged
+			? uls_fab_ep_recv(&fab.ep, slot, op->pool->slot_size, op->pool->desc,
+					  FI_ADDR_UNSPEC, &op->ctx)
+			: uls_fab_ep_trecv(&fab.ep, slot, op->pool->slot_size, op->pool->desc,
+					   FI_ADDR_UNSPEC, op->cls, 0, &op->ctx);
 
 	op->posted = r == 0;
 	unposted += r != 0;
@@ -105,6 +121,14 @@ static void repost_all(void)
 	for (uint32_t i = 0; i < fab.tx_base; i++)
 		if (!fab.ops[i].posted)
 			post_rx(&fab.ops[i]);
+}
+
+void fab_repost(void)
+{
+	for (uint32_t i = 0; i < later_n; i++)
+		if (!later[i]->posted) /* repost_all may have posted it already */
+			post_rx(later[i]);
+	later_n = 0;
 }
 
 static const char *software[] = {"tcp", "net", "udp", "sockets", "shm"};
@@ -235,6 +259,7 @@ int fab_open_at(const struct sockaddr_storage *local)
 		fab.npeers = 0;
 		fab.state = 0;
 		unposted = 0;
+		later_n = 0;
 	}
 	fab.pid = uls_pid();
 	if (prov && strcmp(prov, "off") == 0)
@@ -283,6 +308,8 @@ int fab_open_at(const struct sockaddr_storage *local)
 	}
 	/* The ops: small receives, bulk receives, small sends, bulk sends. */
 	fab.tx_base = nrx + nrb;
+	fab.untagged = fab.ep.msg && uls_cfg.fabric_untagged;
+	later_max = (nrx - HS_SLOTS) / 4 < REPOST_LATER ? (nrx - HS_SLOTS) / 4 : REPOST_LATER;
 	fab.txb_base = fab.tx_base + ntx;
 	fab.ops = calloc(fab.txb_base + ntb, sizeof(*fab.ops));
 	free(deferred);
@@ -317,8 +344,9 @@ int fab_open_at(const struct sockaddr_storage *local)
 	if (!at_exit)
 		at_exit = atexit(fab_last_words) == 0;
 	uls_info("fabric: provider %s, fabric %s, %u receive and %u send slots of %u bytes, "
-		 "%u and %u of %u; %s%s%s", fab.ep.prov, fab.ep.fabric_name, nrx, ntx, SLOT_SIZE,
+		 "%u and %u of %u; %s%s%s%s", fab.ep.prov, fab.ep.fabric_name, nrx, ntx, SLOT_SIZE,
 		 nrb, ntb, BULK_SIZE, fab.ep.reads ? "reads, " : "", fab.ep.writes ? "writes, " : "",
+		 fab.untagged ? "untagged connection slots, " : "",
 		 fab.ep.source ? "sources checked" : "sources not reported (tags only)");
 	return 0;
 }
@@ -428,10 +456,21 @@ size_t fab_tx_room(const struct fab_conn *f)
  */
 #define DEFER_MAX_NS 10000000000ull
 
+/* Posts op's send: 0, 1 when the provider took it whole (injected: no completion comes,
+ * the slot is free), or -FI_errno. */
 static ssize_t tsend(struct fab_op *op)
 {
-	return uls_fab_ep_tsend(&fab.ep, uls_fab_slot(op->pool, op->idx), op->len,
-				op->pool->desc, op->dest, op->cls, &op->ctx);
+	void *slot = uls_fab_slot(op->pool, op->idx);
+
+	if (op->len <= fab.ep.inject_size) {
+		ssize_t r = uls_fab_ep_inject(&fab.ep, slot, op->len, op->dest, !op->untagged,
+					      op->cls);
+		return r == 0 ? 1 : r;
+	}
+	if (op->untagged)
+		return uls_fab_ep_send(&fab.ep, slot, op->len, op->pool->desc, op->dest, &op->ctx);
+	return uls_fab_ep_tsend(&fab.ep, slot, op->len, op->pool->desc, op->dest, op->cls,
+				&op->ctx);
 }
 
 static int dest_waits(fi_addr_t dest, uint32_t upto)
@@ -453,6 +492,10 @@ static void flush_deferred(void)
 		/* After an earlier message to the same peer that still waits: in order. */
 		if (!dest_waits(op->dest, kept))
 			r = tsend(op);
+		if (r == 1) {
+			tx_done(op, 0);
+			continue;
+		}
 		if (r == -FI_EAGAIN && now - op->since < DEFER_MAX_NS) {
 			deferred[kept++] = op;
 			continue;
@@ -479,10 +522,15 @@ static int post_tx(struct fab_op *op, struct fab_conn *f, fi_addr_t dest, uint32
 	op->tag = f ? f->tag : 0;
 	op->dest = dest;
 	op->cls = (uint8_t)cls;
+	op->untagged = f && cls == FAB_CLASS_CONN && f->peer_untagged;
 	op->len = (uint32_t)len;
 	flush_deferred();
 	if (!dest_waits(dest, def_n))
 		r = tsend(op);
+	if (r == 1) { /* taken whole: nothing in flight */
+		uls_fab_pool_put(op->pool, op->idx);
+		return 0;
+	}
 	if (r == -FI_EAGAIN && may_defer && def_n < fab.txp.nslots + fab.txb.nslots) {
 		op->since = uls_now_ns();
 		deferred[def_n++] = op;
@@ -955,7 +1003,10 @@ static void rx_done(struct fab_op *op, size_t len, fi_addr_t src)
 			}
 		}
 	}
-	post_rx(op);
+	if (op->cls != FAB_CLASS_CONN || later_max == 0)
+		post_rx(op);
+	else if ((later[later_n++] = op), later_n >= later_max)
+		fab_repost();
 }
 
 /* RMA writes in flight (9.14): their operations, told apart by address. */
@@ -1024,11 +1075,13 @@ void fab_progress(void)
 	if (fab.state <= 0 || fab.pid != uls_pid() || depth)
 		return;
 	depth = 1;
+	int found = 0;
 	for (int round = 0; round < 16; round++) {
 		void *ectx = NULL;
 		ssize_t n = uls_fab_ep_poll(&fab.ep, ev, 16, src, &ectx);
 		if (n == 0)
 			break;
+		found = 1;
 		if (n < 0) {
 			struct fab_op *op = ectx;
 			/* shm reports a failed read (the peer's memory gone) as an error without
@@ -1067,6 +1120,8 @@ void fab_progress(void)
 			break;
 	}
 	repost_all();
+	if (!found && later_n)
+		fab_repost();
 	flush_deferred();
 	depth = 0;
 	fab.progressed_ns = uls_now_ns();
@@ -1158,6 +1213,7 @@ int fab_trywait(void)
 {
 	struct fid *cq = &fab.ep.cq->fid;
 
+	fab_repost(); /* before a sleep */
 	if (fab.ep.wait_fd < 0)
 		return 0;
 	for (int i = 0; i < 8; i++) {

@@ -323,7 +323,8 @@ static int send_hello(struct fab_conn *f, int type)
 		.flags = (fab_key_len ? ULS_FAB_CF_MAC : 0) |
 			 (wakes_here() ? ULS_FAB_CF_NEED_WAKE : 0) |
 			 (fab.ep.reads ? ULS_FAB_CF_READS : 0) |
-			 (fab.ep.writes ? ULS_FAB_CF_WRITES : 0),
+			 (fab.ep.writes ? ULS_FAB_CF_WRITES : 0) |
+			 (fab.untagged ? ULS_FAB_CF_UNTAGGED : 0),
 		.slot_size = fab_slot_size(),
 		.conn_window = f->rx_window,
 		.tag = f->tag,
@@ -420,6 +421,8 @@ static void on_connect(const uint8_t *p, uint32_t len)
 		reason = ULS_FAB_R_MAC;
 	else if (parsed < 0)
 		reason = uls_fab_connect_check(&m);
+	else if ((m.flags & ULS_FAB_CF_UNTAGGED) && !fab.ep.msg)
+		reason = ULS_FAB_R_PARAMS; /* its connection slots are out of this side's reach */
 	else if (rx_setup(f) < 0)
 		reason = ULS_FAB_R_RESOURCES;
 	else
@@ -435,6 +438,7 @@ static void on_connect(const uint8_t *p, uint32_t len)
 	f->peer_window = m.conn_window;
 	f->need_wake = wakes_here();
 	f->peer_need_wake = (m.flags & ULS_FAB_CF_NEED_WAKE) != 0;
+	f->peer_untagged = (m.flags & ULS_FAB_CF_UNTAGGED) != 0;
 	f->reads = fab.ep.reads && (m.flags & ULS_FAB_CF_READS);
 	f->writes = fab.ep.writes && (m.flags & ULS_FAB_CF_WRITES);
 	if (!(f->txbuf = malloc(f->peer_window + FAB_GUARD))) {
@@ -474,6 +478,7 @@ static void on_accept(uint64_t tag, const uint8_t *p, uint32_t len)
 		bad = memcmp(tuple, f->tuple.b, sizeof(tuple)) ||
 		      fab_peer_addr(m.addr, m.addr_len, &from) < 0 || from != f->peer ||
 		      !(m.flags & ULS_FAB_CF_MAC) != !fab_key_len ||
+		      ((m.flags & ULS_FAB_CF_UNTAGGED) && !fab.ep.msg) ||
 		      (fab_key_len &&
 		       !uls_fab_accept_mac_ok(fab_key, fab_key_len, p, f->connect_mac));
 	}
@@ -489,6 +494,7 @@ static void on_accept(uint64_t tag, const uint8_t *p, uint32_t len)
 	f->peer_window = m.conn_window;
 	f->need_wake = wakes_here();
 	f->peer_need_wake = (m.flags & ULS_FAB_CF_NEED_WAKE) != 0;
+	f->peer_untagged = (m.flags & ULS_FAB_CF_UNTAGGED) != 0;
 	f->reads = fab.ep.reads && (m.flags & ULS_FAB_CF_READS);
 	f->writes = fab.ep.writes && (m.flags & ULS_FAB_CF_WRITES);
 	f->hs = HS_CLI_ACCEPTED;
