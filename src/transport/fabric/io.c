@@ -255,7 +255,7 @@ static int fab_wait(struct fab_conn *f, int fd, int rx, uint64_t deadline, struc
 		uls_spin_start(&w->spin);
 		while (uls_spin_more(&w->spin)) {
 			pthread_mutex_lock(&fab.mu);
-			fab_progress();
+			fab_progress_at(w->spin.last);
 			int moved = wait_news(f, rx, w);
 			pthread_mutex_unlock(&fab.mu);
 			if (moved) {

@@ -1068,6 +1068,11 @@ static void tx_done(struct fab_op *op, int err)
 
 void fab_progress(void)
 {
+	fab_progress_at(0);
+}
+
+void fab_progress_at(uint64_t now)
+{
 	struct fi_cq_tagged_entry ev[16];
 	fi_addr_t src[16];
 	static int depth; /* fab.mu held: an answer sent from a dispatch does not recurse */
@@ -1124,7 +1129,7 @@ void fab_progress(void)
 		fab_repost();
 	flush_deferred();
 	depth = 0;
-	fab.progressed_ns = uls_now_ns();
+	fab.progressed_ns = now ? now : uls_now_ns();
 	fab_run_pulls();
 }
 
