@@ -6,6 +6,8 @@
 #   make test       every ctest suite, then the sanitizer and fuzz smoke runs
 #   make bench      the full benchmark (tools/bench.py); BENCH_ARGS="--quick" for a short one
 #   make ubench     the micro-benchmark suite (tools/ubench.py): report in UBENCH_DIR
+#   make soak       reliability at scale (tools/soak.py, not in CI): 10 GiB over 64
+#                   connections, 100,000 connection cycles; SOAK_ARGS="--short" for a short one
 #   make asan       ASan+UBSan build in build-asan, unit tests
 #   make tsan       TSan build in build-tsan (clang when installed), tests labelled tsan
 #   make fuzz       libFuzzer build in build-fuzz (clang), each target for FUZZ_SECONDS
@@ -34,9 +36,10 @@ TSAN_CC     ?= $(shell command -v clang 2>/dev/null)
 BENCH_ARGS  ?=
 UBENCH_ARGS ?=
 UBENCH_DIR  ?= docs/perf/ubench
+SOAK_ARGS   ?=
 DEMO_ARGS   ?=
 
-.PHONY: all build deps demo test test-sanitizers bench ubench asan tsan fuzz clean
+.PHONY: all build deps demo test test-sanitizers bench ubench soak asan tsan fuzz clean
 
 # Anything a recipe starts by the name python3 or pytest finds the environment's first.
 export PATH := $(VENV)/bin:$(PATH)
@@ -109,6 +112,11 @@ bench: build
 # with fi_pingpong, sockperf, iperf3 and qperf beside them; writes the report.
 ubench: build
 	$(PYTHON) tools/ubench.py --build $(BUILD) --report $(UBENCH_DIR) $(UBENCH_ARGS)
+
+# Data integrity and leaks at scale, both ends under ulsock (docs/RELIABILITY.md); CI runs
+# the short version as the ctest test integration.test_soak.
+soak: build
+	$(PYTHON) tools/soak.py --build $(BUILD) $(SOAK_ARGS)
 
 asan: deps
 	$(call configure,$(BUILD_ASAN),-DULS_SANITIZE=address$(,)undefined)

@@ -1,8 +1,8 @@
 """Benchmark rows for issue 15: crowded machines, sleeping receivers, short connections.
 
-- hotspotN_p50, hotspotN_p99: ulsock-bench's hotspot test, N clients (1, 4, 16, 64) each
-  in a ping-pong of 64-byte messages with one server, which serves them all from one
-  thread; the median and the 99th percentile of a message's round trip. With 16 and 64
+- hotspotN_p50, hotspotN_p99: ulsock-bench's hotspot test, N client processes (1, 4, 16,
+  64) each in a ping-pong of 64-byte messages with one server process, which serves them
+  all; the median and the 99th percentile of a message's round trip. With 16 and 64
   clients the busy processes outnumber this VM's two cores: the case where a spinning
   wait takes the core its peer needs. The two percentiles are separate rows (each its own
   run): the framework keeps one number a run.
