@@ -125,6 +125,8 @@ static void repost_all(void)
 
 void fab_repost(void)
 {
+	if (fab.state <= 0 || fab.pid != uls_pid()) /* a fork child: the parent's slots */
+		return;
 	for (uint32_t i = 0; i < later_n; i++)
 		if (!later[i]->posted) /* repost_all may have posted it already */
 			post_rx(later[i]);
