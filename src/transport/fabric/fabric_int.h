@@ -245,8 +245,9 @@ void fab_progress_fresh(void);
 /* Progress while sends are posted, up to ns (fab.mu held): a provider with manual progress
  * writes a long message to its socket only in progress calls. */
 void fab_flush(uint64_t ns);
-/* Before a sleep on the wait descriptor (fab.mu held): 1 when it may sleep, 0 when
- * completions wait (read them first) or the provider has no wait descriptor. */
+/* Before a sleep (fab.mu held): posts the slots fab_repost would, then 1 when it may
+ * sleep on the wait descriptor, 0 when completions wait (read them first) or the
+ * provider has no wait descriptor. */
 int fab_trywait(void);
 /* Posts again the connection slots taken since the last post (fab.mu held): before a
  * sleep. */

@@ -283,10 +283,9 @@ static int fab_wait(struct fab_conn *f, int fd, int rx, uint64_t deadline, struc
 	}
 	pthread_mutex_lock(&fab.mu);
 	fab_progress();
-	fab_repost();
 	int open = fab.state > 0 && fab.pid == uls_pid();
 	int nowake = open && fab.ep.wait_fd < 0; /* no wait descriptor: sleeps in slices */
-	may = open && !nowake && fab_trywait();
+	may = open && fab_trywait(); /* 0 where nowake, after its repost all the same */
 	/* Without a wait descriptor, the peer's wake-up byte ends the sleep (9.7): a
 	 * receive waits for data, a send for window or a send slot (which the provider may
 	 * free only once the peer took the message); completions are read once more after
