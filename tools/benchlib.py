@@ -238,16 +238,22 @@ def iperf3_stream(sub, params, record):
         raise BenchError("bad iperf3 JSON (%s):\n%s" % (e, out[-1000:]))
 
 
-def redis_get(clients):
+def redis_get(clients, threads=0, scale=1):
+    """GET requests per second: params["n_get1"] requests with one client, else
+    params["n_get50"], times SCALE in the full mode (2 s runs); THREADS, when not 0,
+    becomes redis-benchmark's --threads."""
     def fn(sub, params, record):
         port = free_port()
         n = params["n_get1"] if clients == 1 else params["n_get50"]
+        n *= scale if params["seconds"] >= 2 else 1
+        extra = ["--threads", str(threads)] if threads else []
         with tempfile.TemporaryDirectory(prefix="uls-bench-redis-") as d:
             with _server(sub, ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
                                "--save", "", "--appendonly", "no", "--dir", d],
                          port, record):
                 out = _client(sub, ["redis-benchmark", "-p", str(port), "-t", "get",
-                                    "-c", str(clients), "-n", str(n), "-q"], record, 120)
+                                    "-c", str(clients)] + extra + ["-n", str(n), "-q"],
+                              record, 300 if scale > 1 else 120)
         return parse_float(r"GET: ([0-9.]+) requests per second", out, "GET rate")
     return fn
 
