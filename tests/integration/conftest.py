@@ -246,8 +246,10 @@ class Proc(procs.GroupProc):
         unless EXPECT_RC is None.  Returns the status (negative: killed by that signal)."""
         self.rc = self.reap(timeout)
         if self.rc is None:
+            stacks = self.stacks()
             self.stop()
-            pytest.fail(f"{self.name} did not finish within {timeout}s (hang?)\n{self.describe()}")
+            pytest.fail(f"{self.name} did not finish within {timeout}s (hang?)\n{self.describe()}"
+                        f"\n{stacks}")
         if expect_rc is not None and self.rc != expect_rc:
             pytest.fail(f"{self.name} exited with {self.rc}, expected {expect_rc}\n"
                         f"{self.describe()}")

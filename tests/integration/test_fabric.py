@@ -7,6 +7,7 @@ side took and, on the fabric, that bytes really crossed it (the close line's cou
 
 Skips where namespaces cannot be made (not root)."""
 
+import hashlib
 import re
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ULSOCK_BIN, expect_paths, run_net_client, start_net_server
+import fabric_lag
 from fabric_hosts import (NET_PROVIDER, PROVIDER, Hosts, all_ok, fabric_counts, lends,
                           offers_read, wake_counts, written)
 
@@ -374,6 +376,38 @@ def _move_back(hosts, how):
     assert "moved back to kernel TCP (the peer asked)" in client.log_text(), client.describe()
     assert "moved back to kernel TCP" in server.log_text(), server.describe()
     return client
+
+
+LAG = Path(__file__).with_name("fabric_lag.py")
+
+
+@pytest.mark.parametrize("provider", [PROVIDER, "shm"])
+def test_move_back_reader_behind(uls, netns, provider):
+    """The peer moves the connection back while this side has not read a byte of what it
+    sent: its REVERT finds the reader before the peer's switch position, with bytes
+    before the switch on TCP, bytes on the fabric and, soon, the peer's TCP data after
+    the move back. The reader takes them in that order (it read TCP past the switch
+    position once the REVERT had come, and took the later TCP data for the fabric's:
+    seen as a corrupt stream under load in test_move_back_mid_stream)."""
+    hosts = Hosts(uls, netns, provider=provider)
+    tcp_piece, fabric_piece = 3000, 64 << 10
+    server = hosts.uls.start([sys.executable, LAG, "server", hosts.saddr, str(tcp_piece),
+                              str(fabric_piece)],
+                             name="lag-server", env=hosts.env, wrap=hosts.s.prefix,
+                             ready=r"READY port=\d+")
+    port = int(re.search(r"READY port=(\d+)", server.output())[1])
+    client = hosts.uls.start([sys.executable, LAG, "client", hosts.saddr, str(port)],
+                             name="lag-client", env=hosts.env, wrap=hosts.c.prefix,
+                             stdin=True)
+    server.wait_for(r"^LEFT$")
+    assert "PATH fabric" in server.output(), server.describe()
+    client.send_line()
+    client.wait()
+    server.wait()
+    want = fabric_lag.stream_bytes(0, 2 * tcp_piece + fabric_piece)
+    assert f"GOT n={len(want)} sha={hashlib.sha256(want).hexdigest()}" in client.output(), \
+        client.describe()
+    assert "moved back to kernel TCP (the peer asked)" in client.log_text(), client.describe()
 
 
 def test_forking_server(hosts):

@@ -472,17 +472,32 @@ static ssize_t tcp_pass(struct uls_conn *c, struct fab_conn *f, int fd, struct m
 		if (!clear)
 			return -EAGAIN; /* the peer's data follows wake-up bytes still on their way */
 	}
-	if (f->peer_sw && !f->peer_rev && f->peer_sw_pos - f->rx_tcp < limit)
+	/* Until the peer's SWITCH is here nothing bounds the read, and nothing needs to:
+	 * past its switch position the peer's TCP carries bytes only after this side asked
+	 * for them, by a SLEEP (which waits for the SWITCH) or by answering its REVERT (its
+	 * data then), and any thread's progress may answer. So a read without the bound is
+	 * made under fab.mu, which the answer needs: a REVERT taken between the look at
+	 * peer_sw and the read would let it take the peer's later data as the bytes before
+	 * its switch. */
+	int blind = !f->peer_sw;
+	if (blind)
+		pthread_mutex_lock(&fab.mu);
+	/* The bytes before the switch end here even when the peer has left since (its REVERT
+	 * came): its fabric bytes come next, and its TCP data only after them. */
+	if (f->peer_sw && f->rx_tcp < f->peer_sw_pos && f->peer_sw_pos - f->rx_tcp < limit)
 		limit = (size_t)(f->peer_sw_pos - f->rx_tcp);
 	struct msghdr m = *msg;
 	m.msg_iov = tmp;
 	m.msg_iovlen = (size_t)iov_window(msg->msg_iov, msg->msg_iovlen, done, limit, tmp);
 	ssize_t n = uls_libc.recvmsg(uls_conn_fd(c, fd), &m, (flags & ~MSG_WAITALL) | MSG_DONTWAIT);
-	if (n < 0)
-		return -errno;
-	msg->msg_flags = m.msg_flags;
+	int err = errno;
 	if (n > 0 && !(flags & MSG_PEEK))
 		__atomic_store_n(&f->rx_tcp, f->rx_tcp + (uint64_t)n, __ATOMIC_RELAXED);
+	if (blind)
+		pthread_mutex_unlock(&fab.mu);
+	if (n < 0)
+		return -err;
+	msg->msg_flags = m.msg_flags;
 	return n;
 }
 

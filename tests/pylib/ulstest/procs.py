@@ -3,6 +3,7 @@ its process group too: one signal then reaches every child it forked, and a hung
 leftover process is always ended with all of them."""
 
 import os
+import shutil
 import signal
 import subprocess
 
@@ -45,6 +46,43 @@ class GroupProc:
             return self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
+
+    def group_pids(self):
+        """The live processes of the group (the process and what it forked)."""
+        pids = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            # pgrp is the third field after the command, which is in parentheses.
+            fields = stat[stat.rfind(")") + 2:].split()
+            if len(fields) > 2 and int(fields[2]) == self.pid:
+                pids.append(int(entry))
+        return sorted(pids)
+
+    def stacks(self, timeout=30.0):
+        """Every thread's backtrace in the group, by gdb where it is installed: what a hang
+        report needs. An empty string without gdb."""
+        gdb = shutil.which("gdb")
+        if not gdb:
+            return ""
+        out = []
+        for pid in self.group_pids():
+            try:
+                r = subprocess.run([gdb, "-p", str(pid), "-batch", "-nx", "-q",
+                                    "-ex", "thread apply all bt"],
+                                   capture_output=True, text=True, timeout=timeout)
+                text = r.stdout
+            except (subprocess.TimeoutExpired, OSError) as e:
+                text = f"gdb: {e}"
+            lines = [ln for ln in text.splitlines()
+                     if ln.startswith(("Thread ", "#")) or ln.startswith("gdb:")]
+            out.append(f"--- stacks of pid {pid}\n" + "\n".join(lines))
+        return "\n".join(out)
 
     def stop_group(self, sig=signal.SIGTERM, grace=3.0, kill_wait=10.0, kill_survivors=True):
         """Signals the group with SIG if the process still runs and waits GRACE seconds for
