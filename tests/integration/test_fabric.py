@@ -410,6 +410,66 @@ def test_move_back_reader_behind(uls, netns, provider):
     assert "moved back to kernel TCP (the peer asked)" in client.log_text(), client.describe()
 
 
+SHUT = Path(__file__).with_name("fabric_shut.py")
+
+
+@pytest.mark.parametrize("mode", ["plain", PROVIDER, "shm"])
+@pytest.mark.parametrize("case", ["after", "blocked", "peer-fin", "own-fin"])
+def test_shutdown(uls, netns, case, mode):
+    """shutdown(2) on a connection on the fabric, as on kernel TCP (plain: both ends
+    without ulsock, the reference): a send after SHUT_WR fails with EPIPE and the peer
+    still reads every byte before it and EOF; a shutdown while another thread's send is
+    blocked returns at once, and that send fails with EPIPE; a FIN sent on the fabric is
+    an EOF on TCP after the connection moves back, whichever side leaves. fabric_shut.py
+    says each case's steps."""
+    hosts = Hosts(uls, netns, provider=PROVIDER if mode == "plain" else mode)
+    on = mode != "plain"
+    server = hosts.uls.start([sys.executable, SHUT, "server", hosts.saddr, case],
+                             name="shut-server", env=hosts.env, wrap=hosts.s.prefix,
+                             ready=r"READY port=\d+", stdin=True, ulsock=on)
+    port = int(re.search(r"READY port=(\d+)", server.output())[1])
+    client = hosts.uls.start([sys.executable, SHUT, "client", hosts.saddr, str(port), case],
+                             name="shut-client", env=hosts.env, wrap=hosts.c.prefix,
+                             stdin=True, ulsock=on)
+    client.wait_for(r"^PATH ")
+    if on:
+        assert "PATH fabric" in client.output(), client.describe()
+    if case == "after":
+        client.wait()
+        server.wait()
+        assert "AFTER EPIPE" in client.output(), client.describe()
+        assert "READ 1000" in server.output(), server.describe()
+        assert "GOT 3" in client.output(), client.describe()
+    elif case == "blocked":
+        server.wait_for(r"^QUIET$")
+        sent = int(client.wait_for(r"^SENT (\d+) err=EPIPE$")[1])
+        assert "SHUTDOWN done" in client.output(), client.describe()
+        server.send_line()
+        client.wait()
+        server.wait()
+        assert f"READ {sent}" in server.output(), server.describe()
+        assert "GOT 3" in client.output(), client.describe()
+    elif case == "peer-fin":
+        client.wait_for(r"^SHUT$")
+        server.send_line()
+        client.wait()
+        server.wait()
+        assert "READ 1000" in server.output(), server.describe()
+        assert "GOT 3" in client.output(), client.describe()
+    else:
+        server.wait_for(r"^SHUT$")
+        server.send_line()
+        server.wait_for(r"^LEFT$")
+        client.send_line()
+        client.wait()
+        server.wait()
+        assert "GOT 1000" in client.output(), client.describe()
+        sent = int(re.search(r"^SENT (\d+)$", client.output(), re.M)[1])
+        assert f"READ {sent}" in server.output(), server.describe()
+    if on and case in ("peer-fin", "own-fin"):
+        assert "moved back to kernel TCP" in server.log_text(), server.describe()
+
+
 def test_forking_server(hosts):
     """A server that accepts, then forks a child per connection (the parent closes its
     copy): the connection's handshake was the parent's, the socket the child's. Either the

@@ -73,6 +73,7 @@ struct fab_conn {
 	uint32_t tx_seq;
 	uint32_t tx_flight;  /* sends posted, not completed */
 	int fin_sent;
+	int fin_tcp;         /* after a move back, the kernel's shutdown said it on TCP too */
 
 	/* Receiving. */
 	pthread_mutex_t rx_mu;
@@ -379,6 +380,9 @@ void fab_last_words(void);
 void fab_shm_unlink(void);
 /* io.c: the resend after a leaving peer's REVERT (tx_mu held): 0 or -errno. */
 ssize_t fab_resend(struct fab_conn *f, int fd, int nonblock);
+/* After a move back: this side's FIN on the fabric, if it sent one, as the kernel's
+ * shutdown of the TCP write side. */
+void fab_fin_to_tcp(struct fab_conn *f, int fd);
 
 /* The slot size this process announces (9.2): its bulk slots', or its small ones'. */
 uint32_t fab_slot_size(void);

@@ -651,7 +651,19 @@ ssize_t fab_resend(struct fab_conn *f, int fd, int nonblock)
 		f->resend_from += (uint64_t)r;
 	}
 	f->resend_pending = 0;
+	fab_fin_to_tcp(f, fd);
 	return 0;
+}
+
+/*
+ * After a move back (9.10): a FIN this side sent on the fabric ends its TCP stream too,
+ * after every byte that goes again there, or the peer, now reading TCP, would never see
+ * its end (tx_mu held, or both locks of a side that leaves).
+ */
+void fab_fin_to_tcp(struct fab_conn *f, int fd)
+{
+	if (f->fin_sent && !f->fin_tcp && uls_libc.shutdown(fd, SHUT_WR) == 0)
+		f->fin_tcp = 1;
 }
 
 static ssize_t send_epipe(int flags)
@@ -682,9 +694,11 @@ static ssize_t send_waits(struct uls_conn *c, struct fab_conn *f, int fd,
 	int nonblock = (flags & MSG_DONTWAIT) || atomic_load(&c->nonblock);
 	uint64_t deadline = deadline_of(c->sndtimeo_ns);
 
-	if (atomic_load(&c->shut_wr))
-		return send_epipe(flags);
 	for (int first = 1;; first = 0) {
+		/* A shutdown in another thread ends a send that waits, as the kernel's does;
+		 * what it posted already goes before the FIN. */
+		if (atomic_load(&c->shut_wr))
+			return sent ? (ssize_t)sent : send_epipe(flags);
 		pthread_mutex_lock(&fab.mu);
 		if (first)
 			fab_progress_fresh();
@@ -807,6 +821,11 @@ static ssize_t send_tcp(struct uls_conn *c, struct fab_conn *f, int fd,
 			atomic_fetch_add(&f->tx_short, 1);
 		if (r != -EAGAIN || nonblock || total == 0)
 			break;
+		if (atomic_load(&c->shut_wr)) { /* as in send_waits */
+			if (!sent)
+				r = send_epipe(flags);
+			break;
+		}
 		fab_step(f, fd);
 		fab_maybe_switch(f);
 		if (f->tx_sw) {
@@ -875,6 +894,10 @@ static int fab_shutdown(struct uls_conn *c, int fd, int how)
 		r = uls_kernel_transport.shutdown(c, fd, SHUT_RD);
 	if (r < 0 || how == SHUT_RD)
 		return r;
+	/* From here a send fails with EPIPE, as after the kernel's shutdown, and one that
+	 * waits in another thread (holding tx_mu) sees it at its next look: its waits are
+	 * 1 ms naps in a process with threads. No switch comes after it either. */
+	atomic_store(&c->shut_wr, 1);
 	pthread_mutex_lock(&f->tx_mu);
 	if (f->tx_sw) {
 		pthread_mutex_lock(&fab.mu);
@@ -929,6 +952,7 @@ static int fab_ready(struct uls_conn *c, int events)
 			r |= POLLRDHUP;
 	}
 	if (f->tx_sw && !f->tx_stop && (f->err || f->peer_closed || f->tcp_end ||
+			 atomic_load(&c->shut_wr) || /* a send fails at once, as on TCP */
 			 (f->peer_window > f->tx_fab - f->tx_ret && fab_tx_room(f))))
 		r |= POLLOUT;
 	if (f->err)
@@ -1100,6 +1124,7 @@ static int revert_locked(struct uls_conn *c, struct fab_conn *f, int fd, int tim
 	/* Crossing REQUESTs: the peer left too, and gets again what it had not read. */
 	if (f->resend_pending && (r = (int)fab_resend(f, uls_conn_fd(c, fd), 0)) < 0)
 		return r;
+	fab_fin_to_tcp(f, uls_conn_fd(c, fd));
 	uls_conn_set_kernel(c, fd, "moved back to kernel TCP");
 	return 0;
 }
