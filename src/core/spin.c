@@ -20,13 +20,30 @@
  * A step of an epoll wait (a user pass, now and then a system call) takes a few µs.
  */
 #define PREEMPTED_NS 50000u
-/* After contention, this thread sleeps at once for this long before it spins again. */
+/*
+ * After contention, this thread sleeps at once for this long before it spins again;
+ * contention found again soon after such a pause ended doubles the next one, up to
+ * BACKOFF_MAX_NS, so that a machine that stays crowded soon sees little spinning.
+ */
 #define BACKOFF_NS 2000000u
+#define BACKOFF_MAX_NS 256000000u
+/* Bounded spins in a row that ran their budget out before this thread stops spinning
+ * on every wait, and the most waits it then lets pass between two tries. */
+#define FAILS_BEFORE_SKIP 4u
+#define SKIP_MAX 63u
 
 /* Per thread: no spinning before this time (CLOCK_MONOTONIC ns). */
 static __thread uint64_t calm_until;
+/* The pause the next contention sets (calm_until is where the last one ended). */
+static __thread uint64_t backoff_ns = BACKOFF_NS;
+/* What spinning bought this thread lately: bounded spins in a row that ran out (the
+ * event came only after the sleep), waits to let pass without spinning, and whether
+ * the spin under way has ended in neither a run-out nor contention (then it ended with
+ * its event, and the streak is over). */
+static __thread uint32_t fails, skip;
+static __thread int open_spin;
 
-void uls_spin_start(struct uls_spin *s)
+void uls_spin_start_fixed(struct uls_spin *s)
 {
 	s->start = uls_now_ns();
 	s->last = s->start;
@@ -34,9 +51,44 @@ void uls_spin_start(struct uls_spin *s)
 	s->calm = s->start < calm_until;
 }
 
+void uls_spin_start(struct uls_spin *s)
+{
+	uls_spin_start_fixed(s);
+	if (open_spin) { /* the last spin ended with its event */
+		fails = 0;
+		skip = 0;
+	}
+	if (!s->calm && skip) {
+		skip--;
+		s->calm = 1;
+	}
+	open_spin = !s->calm;
+}
+
 static int contended(uint64_t now)
 {
-	calm_until = now + BACKOFF_NS;
+	/* Contention again within one pause of the last one's end: the machine stays
+	 * crowded. */
+	if (now < calm_until + backoff_ns)
+		backoff_ns = backoff_ns * 2 < BACKOFF_MAX_NS ? backoff_ns * 2 : BACKOFF_MAX_NS;
+	else
+		backoff_ns = BACKOFF_NS;
+	calm_until = now + backoff_ns;
+	open_spin = 0;
+	return 0;
+}
+
+/* A bounded spin ran its budget out: the event it waits for comes later than a spin
+ * lasts. After a few in a row the thread spins on one wait in 2, 4 .. 64 only, and
+ * every wait again once one of those spins ends with its event (a core spinning in vain
+ * is a core the producer of that event may need). */
+static int ran_out(void)
+{
+	open_spin = 0;
+	if (++fails >= FAILS_BEFORE_SKIP) {
+		uint32_t k = fails - FAILS_BEFORE_SKIP;
+		skip = k >= 6 ? SKIP_MAX : 1u << k;
+	}
 	return 0;
 }
 
@@ -120,7 +172,7 @@ int uls_spin_more(struct uls_spin *s)
 	if (!now)
 		return 0;
 	if (budget > 0)
-		return now - s->start < (uint64_t)budget;
+		return now - s->start < (uint64_t)budget ? 1 : ran_out();
 	if (now - s->last_yield < YIELD_EVERY_NS)
 		return 1;
 	sched_yield();
@@ -128,4 +180,18 @@ int uls_spin_more(struct uls_spin *s)
 	if (s->last - now > PREEMPTED_NS)
 		return contended(s->last);
 	return 1;
+}
+
+void uls_spin_learned(struct uls_spin_learned *out)
+{
+	*out = (struct uls_spin_learned){.calm_until = calm_until, .backoff_ns = backoff_ns,
+					 .fails = fails, .skip = skip};
+}
+
+void uls_spin_forget(void)
+{
+	calm_until = 0;
+	backoff_ns = BACKOFF_NS;
+	fails = skip = 0;
+	open_spin = 0;
 }

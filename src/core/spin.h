@@ -12,7 +12,10 @@
  * an idle machine too), or, with the latency profile's unlimited budget, a sched_yield()
  * that hands the core over comes back late (another thread ran). Either way the spinner
  * stops and sleeps until it is woken, and the thread does not spin again for a short
- * while (BACKOFF_NS), after which it tries once more.
+ * while (BACKOFF_NS, doubled each time contention comes back soon after), after which it
+ * tries once more. And a thread whose bounded spins keep running out before their event
+ * (it comes only later, so the spin bought nothing) spins on fewer and fewer of its
+ * waits, down to one in 64, until one of those spins ends with its event.
  */
 #ifndef ULS_SPIN_H
 #define ULS_SPIN_H
@@ -26,7 +29,12 @@ struct uls_spin {
 	int calm;            /* this thread saw contention lately: do not spin */
 };
 
+/* A wait with the profile's budget begins (uls_spin_more): it may not spin at all when
+ * this thread's recent spins ran out in vain (spin.c, ran_out). */
 void uls_spin_start(struct uls_spin *s);
+/* A wait whose caller sets its own end begins (uls_spin_until): it neither learns from
+ * nor is held back by the outcome of the thread's other spins, only by contention. */
+void uls_spin_start_fixed(struct uls_spin *s);
 
 /* One spin step (a pause); returns 1 to keep spinning, 0 to go to sleep. */
 int uls_spin_more(struct uls_spin *s);
@@ -34,5 +42,16 @@ int uls_spin_more(struct uls_spin *s);
 /* The same step for a wait whose caller sets its own end (CLOCK_MONOTONIC ns), whatever
  * the profile's budget: 0 past it, or when the machine is crowded as above. */
 int uls_spin_until(struct uls_spin *s, uint64_t end_ns);
+
+/* This thread's learning, for the unit test: what the next waits will do. */
+struct uls_spin_learned {
+	uint64_t calm_until; /* no spinning before (contention) */
+	uint64_t backoff_ns; /* the pause the next contention sets */
+	uint32_t fails;      /* bounded spins in a row that ran out */
+	uint32_t skip;       /* waits still to pass without spinning */
+};
+void uls_spin_learned(struct uls_spin_learned *out);
+/* Forgets it (a new thread's state). */
+void uls_spin_forget(void);
 
 #endif

@@ -165,7 +165,7 @@ ssize_t fab_lend_send(struct fab_conn *f, const struct iovec *iov, int iovcnt, s
 	/* The peer reads while this send spins; fab.mu goes between steps, as in any wait. */
 	uint64_t end = uls_now_ns() + LEND_WAIT_NS + run;
 	struct uls_spin sp;
-	uls_spin_start(&sp);
+	uls_spin_start_fixed(&sp);
 	while (!lend_taken(f) && !f->err && !f->tx_stop && !f->peer_rev && !f->peer_closed &&
 	       !f->tcp_end) {
 		pthread_mutex_unlock(&fab.mu);
