@@ -41,10 +41,26 @@ static int is_tcp(int domain, int type, int protocol)
  */
 #define INSIDE_CLOEXEC SOCK_CLOEXEC
 
+/*
+ * Such a descriptor is the library's for good: marked plain, so that a scan of the
+ * table (a fork's or an exec's move back, say) never classifies it, and never takes a
+ * provider's own TCP connection for a program's socket that came without ulsock state.
+ */
+static int library_fd(int fd)
+{
+	struct uls_fd *e = uls_fd_get(fd);
+
+	if (e) {
+		uls_fd_clear(fd);
+		atomic_store(&e->kind, ULS_FD_PLAIN);
+	}
+	return fd;
+}
+
 ULS_EXPORT int socket(int domain, int type, int protocol)
 {
 	if (!uls_enter())
-		return uls_libc.socket(domain, type | INSIDE_CLOEXEC, protocol);
+		return library_fd(uls_libc.socket(domain, type | INSIDE_CLOEXEC, protocol));
 	int fd = uls_libc.socket(domain, type, protocol);
 	/* The spare segment's descriptor was the one the program lacked: give it back. */
 	if (fd < 0 && errno == EMFILE && uls_transports_fd_shortage())
@@ -109,7 +125,7 @@ static int do_accept(int lfd, struct sockaddr *addr, socklen_t *len, int flags, 
 	int fd, lowat;
 
 	if (!uls_enter())
-		return uls_libc.accept4(lfd, addr, len, flags | INSIDE_CLOEXEC);
+		return library_fd(uls_libc.accept4(lfd, addr, len, flags | INSIDE_CLOEXEC));
 	/* An accepted socket inherits the listener's options, its SO_RCVLOWAT among them. */
 	le = uls_fd_get(lfd);
 	lowat = le ? le->rcvlowat : 0;
