@@ -226,6 +226,22 @@ static uint64_t tv_ns(const void *val, socklen_t len)
 	return (uint64_t)tv->tv_sec * 1000000000u + (uint64_t)tv->tv_usec * 1000u;
 }
 
+/*
+ * After a move back for TCP_ZEROCOPY_RECEIVE: the bytes the program could read before it
+ * (had) are on their way into the kernel's queue, since the peer sends again on TCP what
+ * this side had not read (protocol.md 8, 9.10), and may still be: the kernel maps only
+ * what has come. Waits until they have, up to 2 s, as a read of them would.
+ */
+static void zerocopy_wait_queue(int fd, int had)
+{
+	for (int ms = 0; ms < 2000; ms++) {
+		int q = 0;
+		if (uls_libc.ioctl(fd, FIONREAD, &q) < 0 || q >= had)
+			return;
+		uls_libc.poll(NULL, 0, 1); /* 1 ms */
+	}
+}
+
 ULS_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 {
 	if (!uls_enter())
@@ -234,9 +250,13 @@ ULS_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len
 
 	/* Receiving by mapping the socket's pages is the kernel's: its bytes must be there. */
 	if (level == IPPROTO_TCP && name == TCP_ZEROCOPY_RECEIVE && (c = uls_fd_accel(fd)) != NULL) {
+		int had = 0;
+		if (uls_conn_inq(c, fd, &had) < 0)
+			had = 0;
 		int err = uls_conn_revert(c, fd, 2000);
 		if (err < 0)
 			return (int)uls_ret(err);
+		zerocopy_wait_queue(fd, had);
 	}
 	int r = uls_libc.getsockopt(fd, level, name, val, len);
 
