@@ -49,6 +49,11 @@ int uls_ready_merge(struct uls_conn *c, int fd, int events, int krev)
 	 * reporting it until the program's own call does. */
 	if ((krev & (POLLIN | POLLRDHUP | POLLHUP)) && !(krev & POLLERR) && !(was & ULS_KERNEL_RX))
 		uls_conn_drain(c, fd);
+	/* The peer may be gone, and a sender waiting for room on the transport would wait
+	 * for it for ever (a shm server whose client never sent a byte, killed). */
+	else if ((krev & (POLLRDHUP | POLLHUP | POLLERR)) && (events & POLLOUT) &&
+		 (was & ULS_KERNEL_RX) && !(was & ULS_KERNEL_TX) && c->tp->tcp_end)
+		c->tp->tcp_end(c, fd);
 	parts = uls_conn_kernel_parts(c);
 	/* The drain followed the peer back to TCP (revert.c): the kernel's readiness was
 	 * taken before it read the last wake-ups there, and is asked again. */

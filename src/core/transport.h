@@ -103,6 +103,10 @@ struct uls_transport_ops {
 	void (*arm)(struct uls_conn *c, int events);
 	/* The kernel said the socket is readable: take what arm asked for off it. */
 	void (*drain)(struct uls_conn *c, int fd);
+	/* While the kernel decides readability (ULS_KERNEL_RX), it reported the end of the
+	 * peer's TCP stream to a poller that waits for POLLOUT on the transport: learn what
+	 * that says of the peer, reading no byte (they are the program's). May be NULL. */
+	void (*tcp_end)(struct uls_conn *c, int fd);
 	/* A blocking wait for what arm asked for, in one system call; 1 after one, 0 when it
 	 * does not apply (the caller polls), or -errno. */
 	int (*sleep_recv)(struct uls_conn *c, int fd);

@@ -1,7 +1,10 @@
 """A peer killed with SIGKILL mid-stream: the survivor must see EOF, ECONNRESET or EPIPE,
 and never hang, whether it was blocked in recv() (idle or while data was flowing) or in
-send() against a full buffer.  Timing is only checked against a generous bound that
-detects a hang; the survivor reports how long its last call blocked."""
+send() against a full buffer, the latter also waiting in poll() or epoll_wait() for
+POLLOUT: a client that never sent a byte (so never switched its direction to the ring)
+killed while its server waited so once left the server waiting for ever.  Timing is only
+checked against a generous bound that detects a hang; the survivor reports how long its
+last call blocked."""
 
 import signal
 import time
@@ -18,6 +21,10 @@ SCENARIOS = {
                   {"eof", "ECONNRESET"}),
     "recv-streaming": (["--act", "flood"], ["--act", "recv"], {"eof", "ECONNRESET"}),
     "send-full": (["--act", "stall"], ["--act", "send"], {"EPIPE", "ECONNRESET"}),
+    "send-full-poll": (["--act", "stall"], ["--act", "send", "--wait", "poll"],
+                       {"EPIPE", "ECONNRESET"}),
+    "send-full-epoll": (["--act", "stall"], ["--act", "send", "--wait", "epoll"],
+                        {"EPIPE", "ECONNRESET"}),
 }
 
 
@@ -65,7 +72,7 @@ def test_peer_killed(uls, scenario, survivor_role, preloaded):
         survivor.wait_for("PROGRESS")
     else:
         victim.wait_for("STALLED")
-        wait_quiet(survivor, "SENT")
+        wait_quiet(survivor, "FULL")
 
     victim.kill(signal.SIGKILL)
     victim.wait(expect_rc=-signal.SIGKILL)

@@ -368,6 +368,7 @@ const struct uls_transport_ops uls_shm_transport = {
 	.ready = uls_shm_ready,
 	.arm = uls_shm_arm,
 	.drain = uls_shm_drain,
+	.tcp_end = uls_shm_tcp_end,
 	.sleep_recv = uls_shm_sleep_recv,
 	.gen = uls_shm_gen,
 	.inq = uls_shm_inq,

@@ -412,6 +412,25 @@ static void note_peer_end(struct uls_conn *c, int err)
 	uls_conn_wake_self(c);
 }
 
+/*
+ * The kernel reports the end of the peer's TCP stream (POLLRDHUP, POLLHUP or POLLERR)
+ * where this side may not read it: a server whose client has not switched (or whose
+ * pre-switch bytes are unread) leaves them to the program, they are data. The end still
+ * tells of the client's socket: a client that did not shut its TCP direction down itself
+ * (ULS_SIDE_TCP_SHUT) has closed it or died, and a send waiting for room on the ring,
+ * which that client will never make, must learn it. (A blocking send looks itself,
+ * wait_tx; this serves poll and epoll, core/poll.c, and non-blocking sends.)
+ */
+void uls_shm_tcp_end(struct uls_conn *c, int fd)
+{
+	struct uls_shm_conn *s = shm_of(c);
+
+	(void)fd;
+	if (c->role == ULS_SERVER && s->seg.hdr && !atomic_load(&c->shut_rd) &&
+	    !atomic_load(&c->peer_gone) && !(atomic_load(&s->peer->state) & ULS_SIDE_TCP_SHUT))
+		note_peer_end(c, 0);
+}
+
 void uls_shm_drain(struct uls_conn *c, int fd)
 {
 	struct uls_shm_conn *s = shm_of(c);
@@ -562,8 +581,12 @@ static void check_tcp_sometimes(struct uls_conn *c, int fd, uint64_t now)
 		return;
 	atomic_store_explicit(&s->tcp_checked, now, memory_order_relaxed);
 	struct pollfd p = {.fd = uls_conn_fd(c, fd), .events = POLLRDHUP};
-	if (uls_libc.poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
-		uls_shm_drain(c, fd);
+	if (uls_libc.poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+		if (rx_token_zone(c))
+			uls_shm_drain(c, fd);
+		else
+			uls_shm_tcp_end(c, fd);
+	}
 }
 
 /*

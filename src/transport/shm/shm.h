@@ -25,6 +25,7 @@ int uls_shm_kernel_parts(struct uls_conn *c);
 int uls_shm_ready(struct uls_conn *c, int events);
 void uls_shm_arm(struct uls_conn *c, int events);
 void uls_shm_drain(struct uls_conn *c, int fd);
+void uls_shm_tcp_end(struct uls_conn *c, int fd);
 int uls_shm_sleep_recv(struct uls_conn *c, int fd);
 uint64_t uls_shm_gen(struct uls_conn *c, int events);
 int uls_shm_inq(struct uls_conn *c, int fd, int *out);
