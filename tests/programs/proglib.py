@@ -26,7 +26,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 from ulstest import logs, net, procs  # noqa: E402
 from ulstest.env import clean_env  # noqa: E402
 from ulstest.logs import CLOSE_LINE, PATH_LINE  # noqa: E402
-from ulstest.net import free_port  # noqa: E402, F401 (the tests import it from here)
+# The tests import these from here.
+from ulstest.net import established_to, free_port  # noqa: E402, F401
 
 SOURCE = os.environ.get("ULSOCK_SOURCE") or os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

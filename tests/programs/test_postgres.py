@@ -31,13 +31,14 @@ import signal
 import struct
 import subprocess
 import tempfile
+import time
 
 import pytest
 
 from modes import (MODES, assert_quiet_log, check_paths, client_accelerated,
                    server_accelerated)
 from proglib import (ULSOCK, End, assert_fast_path, assert_other_user, closed_connections,
-                     free_port)
+                     established_to, free_port)
 
 PGBIN = os.environ.get("ULSOCK_PGBIN", "/usr/lib/postgresql/15/bin")
 PG_USER = "postgres"
@@ -189,6 +190,12 @@ class Cluster:
         return rc, text
 
     def stop_checked(self):
+        # The last client has exited, but its backend may still be ending: a fast
+        # shutdown then terminates it, which postgres logs as FATAL. Wait (up to 10 s)
+        # for the server's connections to be gone first, as an operator would.
+        deadline = time.monotonic() + 10
+        while established_to(self.port) and time.monotonic() < deadline:
+            time.sleep(0.02)
         rc, text = self.stop()
         assert rc == 0, "postgres exited %s at shutdown:\n%s" % (rc, text[-3000:])
         bad = [line for line in text.splitlines()
