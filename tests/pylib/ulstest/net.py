@@ -11,22 +11,25 @@ import time
 TCP_LISTEN = "0A"  # st, the fourth field of a /proc/net/tcp line
 
 
-def tcp_ports(listening=False):
-    """The local ports of the TCP sockets of this network namespace, IPv4 and IPv6; only
-    the listening ones if LISTENING."""
-    ports = set()
+def _tcp_sockets():
+    """The fields of each TCP socket line of this network namespace, IPv4 and IPv6:
+    (local port, st)."""
     for name in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(name) as f:
                 next(f, None)
                 for line in f:
                     fields = line.split()
-                    if listening and (len(fields) <= 3 or fields[3] != TCP_LISTEN):
-                        continue
-                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+                    if len(fields) > 3:
+                        yield int(fields[1].rsplit(":", 1)[1], 16), fields[3]
         except OSError:
             pass
-    return ports
+
+
+def tcp_ports(listening=False):
+    """The local ports of the TCP sockets of this network namespace, IPv4 and IPv6; only
+    the listening ones if LISTENING."""
+    return {port for port, st in _tcp_sockets() if not listening or st == TCP_LISTEN}
 
 
 TCP_ESTABLISHED = "01"
@@ -35,19 +38,7 @@ TCP_ESTABLISHED = "01"
 def established_to(port):
     """How many sockets of this network namespace, IPv4 or IPv6, are ESTABLISHED with
     local port PORT (a server's accepted connections)."""
-    n = 0
-    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(name) as f:
-                next(f, None)
-                for line in f:
-                    fields = line.split()
-                    if (len(fields) > 3 and fields[3] == TCP_ESTABLISHED and
-                            int(fields[1].rsplit(":", 1)[1], 16) == port):
-                        n += 1
-        except OSError:
-            pass
-    return n
+    return sum(1 for p, st in _tcp_sockets() if p == port and st == TCP_ESTABLISHED)
 
 
 def listening_ports():
