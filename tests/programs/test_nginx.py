@@ -24,6 +24,7 @@ import pytest
 
 from proglib import (ULSOCK, End, assert_fast_path, assert_kernel_path, assert_other_user,
                      both_ulsock, free_port, one_plain, port_of, require)
+from ulstest import procs  # noqa: E402 (proglib puts it on the path)
 from weblib import (FILES, WRITE_OUT, WRITE_OUT_LINE, check_download_series, check_downloads,
                     curl, file_sha256, get_args, make_files, sha256, stat_rows, wrk_result,
                     wrk_start)
@@ -170,18 +171,7 @@ class Nginx:
 
 def children(pid):
     """Pids whose parent is pid (read from /proc/PID/stat)."""
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % name) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            out.append(int(name))
-    return sorted(out)
+    return procs.pids_where(procs.STAT_PPID, pid)
 
 
 def check_paths(mode, server_end, client_end, nginx, unread=0):

@@ -23,6 +23,26 @@ def signal_group(pgid, sig):
         return False
 
 
+# Fields of /proc/PID/stat counted after the command (which is in parentheses).
+STAT_PPID, STAT_PGRP = 1, 2
+
+
+def pids_where(field, value):
+    """The live pids whose /proc/PID/stat FIELD (STAT_PPID, STAT_PGRP) equals VALUE."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if len(fields) > field and int(fields[field]) == value:
+            pids.append(int(entry))
+    return sorted(pids)
+
+
 class GroupProc:
     """A process started by spawn(): its argv, its Popen, and the ways to end its group.
     The harnesses derive their own Proc from it, with their own output and failures."""
@@ -49,20 +69,7 @@ class GroupProc:
 
     def group_pids(self):
         """The live processes of the group (the process and what it forked)."""
-        pids = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            # pgrp is the third field after the command, which is in parentheses.
-            fields = stat[stat.rfind(")") + 2:].split()
-            if len(fields) > 2 and int(fields[2]) == self.pid:
-                pids.append(int(entry))
-        return sorted(pids)
+        return pids_where(STAT_PGRP, self.pid)
 
     def stacks(self, timeout=30.0):
         """Every thread's backtrace in the group, by gdb where it is installed: what a hang
