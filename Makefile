@@ -7,10 +7,13 @@
 #   make bench      the full benchmark (tools/bench.py); BENCH_ARGS="--quick" for a short one
 #   make ubench     the micro-benchmark suite (tools/ubench.py): report in UBENCH_DIR
 #   make soak       reliability at scale (tools/soak.py, not in CI): 10 GiB over 64
-#                   connections, 100,000 connection cycles; SOAK_ARGS="--short" for a short one
+#                   connections, 100,000 connection cycles; SOAK_ARGS="--short" for a short one.
+#                   Then fuzz-long, unless SOAK_FUZZ=0 (the default with --short)
 #   make asan       ASan+UBSan build in build-asan, unit tests
 #   make tsan       TSan build in build-tsan (clang when installed), tests labelled tsan
 #   make fuzz       libFuzzer build in build-fuzz (clang), each target for FUZZ_SECONDS
+#   make fuzz-long  every fuzz target for FUZZ_LONG_RUNS executions (tools/fuzz_long.py,
+#                   not in CI): report in build-fuzz/fuzz-long.json
 #   make clean      remove every build directory
 #
 # Python (the test suites, tools/*.py) is always the project's own environment, .venv/,
@@ -37,9 +40,14 @@ BENCH_ARGS  ?=
 UBENCH_ARGS ?=
 UBENCH_DIR  ?= docs/perf/ubench
 SOAK_ARGS   ?=
+# `make soak` runs fuzz-long too, except for a short soak (SOAK_ARGS="--short").
+SOAK_FUZZ   ?= $(if $(findstring --short,$(SOAK_ARGS)),0,1)
+FUZZ_LONG_RUNS ?= 10000000
+FUZZ_LONG_ARGS ?=
 DEMO_ARGS   ?=
 
-.PHONY: all build deps demo test test-sanitizers bench ubench soak asan tsan fuzz clean
+.PHONY: all build deps demo test test-sanitizers bench ubench soak asan tsan fuzz fuzz-build \
+	fuzz-long clean
 
 # Anything a recipe starts by the name python3 or pytest finds the environment's first.
 export PATH := $(VENV)/bin:$(PATH)
@@ -114,9 +122,20 @@ ubench: build
 	$(PYTHON) tools/ubench.py --build $(BUILD) --report $(UBENCH_DIR) $(UBENCH_ARGS)
 
 # Data integrity and leaks at scale, both ends under ulsock (docs/RELIABILITY.md); CI runs
-# the short version as the ctest test integration.test_soak.
+# the short version as the ctest test integration.test_soak. The long fuzz runs follow
+# (SOAK_FUZZ=0 skips them, as a machine without clang does), whatever the soak found;
+# the exit status covers both.
 soak: build
-	$(PYTHON) tools/soak.py --build $(BUILD) $(SOAK_ARGS)
+	@rc=0; \
+	$(PYTHON) tools/soak.py --build $(BUILD) $(SOAK_ARGS) || rc=1; \
+	if [ "$(SOAK_FUZZ)" = 0 ]; then \
+		echo "soak: fuzz-long skipped (SOAK_FUZZ=0)"; \
+	elif ! command -v $(FUZZ_CC) >/dev/null 2>&1; then \
+		echo "soak: $(FUZZ_CC) not found: skipping fuzz-long"; \
+	else \
+		$(MAKE) --no-print-directory fuzz-long || rc=1; \
+	fi; \
+	exit $$rc
 
 asan: deps
 	$(call configure,$(BUILD_ASAN),-DULS_SANITIZE=address$(,)undefined)
@@ -133,17 +152,25 @@ tsan: deps
 # fuzz, those run (each for FUZZ_SECONDS, through its ULS_FUZZ_SECONDS cache option);
 # otherwise scripts/run-fuzz.sh runs every fuzz_* executable in the build tree.
 # tests/fuzz instruments its targets itself, so the rest of this build is plain.
-fuzz: deps
+fuzz-build: deps
 	@if ! command -v $(FUZZ_CC) >/dev/null 2>&1; then \
 		echo "fuzz: $(FUZZ_CC) not found: run scripts/install-deps.sh"; exit 1; fi
 	$(call configure,$(BUILD_FUZZ),-DCMAKE_C_COMPILER=$(FUZZ_CC) -DULS_FUZZ=ON)
 	@cmake -S . -B $(BUILD_FUZZ) -DULS_FUZZ_SECONDS=$(FUZZ_SECONDS) >/dev/null
 	ninja -C $(BUILD_FUZZ)
+
+fuzz: fuzz-build
 	@if (cd $(BUILD_FUZZ) && ctest -N -L fuzz | grep -q 'Total Tests: [1-9]'); then \
 		cd $(BUILD_FUZZ) && ctest $(CTEST_FLAGS) -L fuzz; \
 	else \
 		bash scripts/run-fuzz.sh $(BUILD_FUZZ) $(FUZZ_SECONDS); \
 	fi
+
+# Each fuzz target for FUZZ_LONG_RUNS executions (hours for all of them), from its seeds
+# and the corpus earlier runs left in the build tree (tools/fuzz_long.py).
+fuzz-long: fuzz-build
+	$(PYTHON) tools/fuzz_long.py --build $(BUILD_FUZZ) -runs=$(FUZZ_LONG_RUNS) \
+		--json $(BUILD_FUZZ)/fuzz-long.json $(FUZZ_LONG_ARGS)
 
 clean:
 	rm -rf -- $(BUILD) $(BUILD_ASAN) $(BUILD_TSAN) $(BUILD_FUZZ)

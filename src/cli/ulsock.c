@@ -12,7 +12,6 @@
 #include <string.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -190,15 +189,75 @@ static void addr_str(const uint8_t raw[28], char *buf, size_t len)
 	}
 }
 
+/* The length of the UTF-8 character at p (n bytes there), or 0 when it is not one. */
+static size_t utf8_char(const unsigned char *p, size_t n)
+{
+	unsigned char c = p[0], lo = 0x80, hi = 0xbf;
+	size_t len;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf) {
+		len = 2;
+	} else if (c >= 0xe0 && c <= 0xef) {
+		/* Not overlong, not a surrogate. */
+		len = 3;
+		lo = c == 0xe0 ? 0xa0 : 0x80;
+		hi = c == 0xed ? 0x9f : 0xbf;
+	} else if (c >= 0xf0 && c <= 0xf4) {
+		/* Not overlong, not past U+10FFFF. */
+		len = 4;
+		lo = c == 0xf0 ? 0x90 : 0x80;
+		hi = c == 0xf4 ? 0x8f : 0xbf;
+	} else {
+		return 0;
+	}
+	if (n < len || p[1] < lo || p[1] > hi)
+		return 0;
+	for (size_t i = 2; i < len; i++)
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+	return len;
+}
+
+/*
+ * A reason as it may be printed: valid UTF-8 is kept, any other byte becomes U+FFFD, so
+ * that the output is UTF-8 whatever the record holds (a strerror text in a Latin-1
+ * locale, or one cut inside a character at 96 bytes, made --json invalid). The table
+ * also shows a control character as '?': a newline or an escape sequence would forge
+ * lines of it. JSON escapes those itself. out has room for 3 bytes per byte of in.
+ */
+static void reason_str(const char *in, char *out, int json)
+{
+	const unsigned char *p = (const unsigned char *)in;
+	size_t n = strlen(in), k;
+
+	for (size_t i = 0; i < n; i += k) {
+		k = utf8_char(p + i, n - i);
+		if (!k) {
+			memcpy(out, "\xef\xbf\xbd", 3);
+			out += 3;
+			k = 1;
+		} else if (!json && (p[i] < 0x20 || p[i] == 0x7f)) {
+			*out++ = '?';
+		} else {
+			memcpy(out, p + i, k);
+			out += k;
+		}
+	}
+	*out = '\0';
+}
+
 static void print_rec(const struct ulsock_stat_rec *r, uint32_t pid, int json, int *first)
 {
 	uint32_t path = atomic_load(&r->path);
-	char local[64], peer[64], reason[97];
+	char local[64], peer[64], raw[97], reason[3 * 96 + 1];
 
 	/* Another process writes these: copy with a terminator, check the path. */
 	addr_str(r->local, local, sizeof(local));
 	addr_str(r->peer, peer, sizeof(peer));
-	snprintf(reason, sizeof(reason), "%.96s", r->reason);
+	snprintf(raw, sizeof(raw), "%.96s", r->reason);
+	reason_str(raw, reason, json);
 	if (json) {
 		printf("%s\n  {\"pid\": %u, \"fd\": %d, \"role\": \"%s\", \"local\": ", *first ? "" : ",",
 		       pid, r->fd, r->role ? "server" : "client");
@@ -248,14 +307,18 @@ static void stat_file(const char *path, const char *pid, int json, int *first)
 		close(fd);
 		return;
 	}
-	f = mmap(NULL, sizeof(*f), PROT_READ, MAP_SHARED, fd, 0);
+	/*
+	 * A copy, not a mapping: the process may shrink its file between the size check and
+	 * the read (a mapping would then fault with SIGBUS); a short read skips the file.
+	 */
+	f = malloc(sizeof(*f));
+	if (f && pread(fd, f, sizeof(*f), 0) == (ssize_t)sizeof(*f)) {
+		for (uint32_t i = 0; i < ULSOCK_STAT_SLOTS; i++)
+			if (atomic_load(&f->rec[i].used))
+				print_rec(&f->rec[i], f->pid, json, first);
+	}
+	free(f);
 	close(fd);
-	if (f == MAP_FAILED)
-		return;
-	for (uint32_t i = 0; i < ULSOCK_STAT_SLOTS; i++)
-		if (atomic_load(&f->rec[i].used))
-			print_rec(&f->rec[i], f->pid, json, first);
-	munmap(f, sizeof(*f));
 }
 
 /* Each ulsock process keeps its (unlinked) record file open: find it in /proc. */

@@ -22,41 +22,20 @@
  * After every step the ring helpers must agree with an independent oracle.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdatomic.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/uio.h>
-#include <unistd.h>
 
 #include "core/config.h"
-#include "transport/shm/ring.h"
+#include "fuzz_shm.h"
 #include "os/libc.h"
-#include "transport/shm/segment.h"
 
 #define FUZZ_COOKIE 0x1122334455667788ull
-#define MAX_FILE (2ull * ULS_RING_MAX + 2 * ULS_SEG_HDR_SIZE)
+#define MAX_FILE (FUZZ_SEG_MAX + ULS_SEG_HDR_SIZE)
 #define MAX_COPY 8192 /* bytes per operation, so that one input stays fast */
 #define OP_SIZE 9
 
-/* gen_corpus.py writes seed images with this layout. */
-_Static_assert(offsetof(struct uls_seg_hdr, ring) == 512, "seed layout: ring positions");
-_Static_assert(offsetof(struct uls_seg_ident, client_ino) == 56, "seed layout: identity");
-
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define FUZZ_ASSERT(c)                                                                     \
-	do {                                                                               \
-		if (!(c)) {                                                                \
-			fprintf(stderr, "%s:%d: assertion failed: %s\n", __FILE__,         \
-				__LINE__, #c);                                             \
-			abort();                                                           \
-		}                                                                          \
-	} while (0)
 
 static uint64_t fuzz_ino;
 static char fuzz_path[96];
@@ -74,15 +53,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	uls_seg_path(fuzz_path, sizeof(fuzz_path), fuzz_ino);
 	atexit(remove_file);
 	return 0;
-}
-
-static uint64_t get_le(const uint8_t *p, int n)
-{
-	uint64_t v = 0;
-
-	for (int i = n - 1; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
 }
 
 /* The oracle: what readable/writable must return for these positions. */
@@ -206,54 +176,8 @@ static void run_ops(struct uls_ring **rings, int nrings, const uint8_t *ops, siz
 {
 	for (size_t i = 0; i + OP_SIZE <= len; i += OP_SIZE) {
 		uint8_t op = ops[i];
-		run_op(rings[(op >> 3) % nrings], op, get_le(ops + i + 1, 8));
+		run_op(rings[(op >> 3) % nrings], op, fuzz_le(ops + i + 1, 8));
 	}
-}
-
-/* Writes the image as the segment file for fuzz_ino. Returns 0 or -1. */
-static int write_file(const uint8_t *image, size_t len, uint64_t file_size, uint8_t flags)
-{
-	uint8_t page[ULS_SEG_HDR_SIZE * 2];
-	int fd = open(fuzz_path, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-
-	if (fd < 0)
-		return -1;
-	if (len > sizeof(page))
-		len = sizeof(page);
-	memcpy(page, image, len);
-	if ((flags & 1) && len >= offsetof(struct uls_seg_ident, client_ino) + 8)
-		memcpy(page + offsetof(struct uls_seg_ident, client_ino), &fuzz_ino, 8);
-	if ((flags & 2) && len >= offsetof(struct uls_seg_ident, client_cookie) + 8) {
-		uint64_t c = FUZZ_COOKIE;
-		memcpy(page + offsetof(struct uls_seg_ident, client_cookie), &c, 8);
-	}
-	if (len > file_size)
-		len = (size_t)file_size;
-	if (ftruncate(fd, (off_t)file_size) < 0 ||
-	    (len && pwrite(fd, page, len, 0) != (ssize_t)len)) {
-		close(fd);
-		return -1;
-	}
-	close(fd);
-	return 0;
-}
-
-/* What uls_seg_open promised: a mapping laid out as this process computes it. */
-static void check_layout(const struct uls_seg *seg, uint64_t file_size)
-{
-	const uint8_t *base = (const uint8_t *)seg->hdr;
-	uint64_t c2s = seg->ring[ULS_C2S].size, s2c = seg->ring[ULS_S2C].size;
-
-	FUZZ_ASSERT(uls_ring_size_valid(c2s) && uls_ring_size_valid(s2c));
-	FUZZ_ASSERT(seg->ring[ULS_C2S].mask == c2s - 1 && seg->ring[ULS_S2C].mask == s2c - 1);
-	FUZZ_ASSERT(seg->map_size == file_size);
-	FUZZ_ASSERT(seg->map_size == ULS_SEG_HDR_SIZE + c2s + s2c);
-	FUZZ_ASSERT(seg->ring[ULS_C2S].data == base + ULS_SEG_HDR_SIZE);
-	FUZZ_ASSERT(seg->ring[ULS_S2C].data == base + ULS_SEG_HDR_SIZE + c2s);
-	FUZZ_ASSERT(seg->ring[ULS_C2S].sh == &seg->hdr->ring[ULS_C2S]);
-	FUZZ_ASSERT(seg->ring[ULS_S2C].sh == &seg->hdr->ring[ULS_S2C]);
-	FUZZ_ASSERT(seg->hdr->id.client_ino == fuzz_ino);
-	FUZZ_ASSERT(seg->hdr->id.client_cookie == FUZZ_COOKIE);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -266,8 +190,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < 8)
 		return 0;
 	uint8_t flags = data[0];
-	size_t image_len = (size_t)get_le(data + 2, 2);
-	uint64_t file_size = get_le(data + 4, 4) % (MAX_FILE + 1);
+	size_t image_len = (size_t)fuzz_le(data + 2, 2);
+	uint64_t file_size = fuzz_le(data + 4, 4) % (MAX_FILE + 1);
 	const uint8_t *image = data + 8, *ops;
 	if (image_len > size - 8)
 		image_len = size - 8;
@@ -285,11 +209,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	/* (a): the image as a segment file. */
 	memset(&seg, 0, sizeof(seg));
-	if (write_file(image, image_len, file_size, flags) == 0) {
+	if (fuzz_seg_write(fuzz_path, image, image_len, file_size, fuzz_ino, FUZZ_COOKIE,
+			   flags & (FUZZ_PATCH_INO | FUZZ_PATCH_COOKIE)) == 0) {
 		int err = uls_seg_open(&seg, fuzz_ino, FUZZ_COOKIE);
 		FUZZ_ASSERT(err <= 0);
 		if (err == 0) {
-			check_layout(&seg, file_size);
+			fuzz_seg_check_layout(&seg, file_size, fuzz_ino, FUZZ_COOKIE);
 			/* Read from the positions the creator left, before anything else. */
 			legit_read(&seg.ring[ULS_C2S], UINT64_MAX, 0);
 			legit_read(&seg.ring[ULS_S2C], UINT64_MAX, 0);

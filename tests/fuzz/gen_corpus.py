@@ -3,8 +3,17 @@
 """Writes the seed inputs of the fuzz targets into tests/fuzz/corpus/<target>/.
 
 fuzz_ring: the input layout is described at the top of fuzz_ring.c; the segment layout
-mirrors src/transport/shm/segment.h (struct uls_seg_ident, then two struct uls_side of
-three cache lines each, then the two rings' shared positions).
+mirrors src/transport/shm/shm_abi.h (struct uls_seg_ident, then two struct uls_side of
+three cache lines each, then the two rings' shared positions); tests/fuzz/fuzz_shm.h
+asserts the constants below, so a layout change fails the build until they follow it.
+
+fuzz_segment, fuzz_close_revert: a segment image (the whole header, or its lines after
+the identity) and the operations of fuzz_conn.c: valid connections driven through the
+switch, moving back to TCP both ways and the close, and each rule of protocol.md
+section 7 broken once.
+
+fuzz_stat: `ulsock stat` record files (include/ulsock/stat.h): the current layout with
+records of every path, and headers of other layouts.
 
 fuzz_fabric_dir: one directory message each (docs/protocol.md 9.3).
 
@@ -19,13 +28,14 @@ import os
 import struct
 
 MAGIC = 0x0031474553534C55  # "ULSSEG1"
-VERSION = 1
+VERSION = 3
 HDR = 4096
 RING_MIN = 4096
 IDENT_SIZE = 128
 SIDE_SIZE = 3 * 64
-RING_HDR = 128           # struct uls_ring_shared: prod line, cons line
+RING_HDR = 256           # struct uls_ring_shared: prod lines (tail, flags), cons lines
 RINGS_OFF = IDENT_SIZE + 2 * SIDE_SIZE
+CONS = 128               # offset of the consumer's lines in a ring header
 PATCH_INO, PATCH_COOKIE = 1, 2
 COOKIE = 0x1122334455667788
 U64 = (1 << 64) - 1
@@ -49,7 +59,7 @@ def image(idb, pos=((0, 0), (0, 0))):
     for i, (head, tail) in enumerate(pos):
         base = RINGS_OFF + i * RING_HDR
         struct.pack_into("<Q", img, base, tail & U64)
-        struct.pack_into("<Q", img, base + 64, head & U64)
+        struct.pack_into("<Q", img, base + CONS, head & U64)
     return bytes(img)
 
 
@@ -253,10 +263,252 @@ def fabric_dir_seeds():
     return seeds
 
 
+# fuzz_conn.c: the client's words by offset in the header (shm_abi.h), the operations.
+SIDE_CLIENT, SIDE_SERVER = IDENT_SIZE, IDENT_SIZE + SIDE_SIZE
+SIDE = {"state": 64, "pid": 72, "tcp_data": 88, "switch_pos": 96, "switched": 104,
+        "tokens_sent": 112, "tokens_closed": 132, "tokens_seen": 144, "revert_req": 152,
+        "tx_reverted": 156, "revert_ring_end": 160, "revert_tcp_pos": 168}
+ATTACHED, CLOSED = 0x1, 0x4
+# fields[] of fuzz_conn.c, in order; modes of set_field: raw, anchor + i8, anchor +- span, ~raw.
+FIELDS = ["state", "pid", "switch_pos", "switched", "tcp_data", "tokens_sent", "light_fence",
+          "tokens_closed", "tokens_refused", "revert_req", "tx_reverted", "revert_ring_end",
+          "revert_tcp_pos", "rx_back", "multi", "tokens_seen", "c2s_tail", "c2s_eof",
+          "c2s_want_space", "s2c_head", "s2c_want_data", "s2c_closed"]
+RAW, NEAR, SPAN, TOP = range(4)
+# Operations: SET, PUBLISH, TCP, CONSUME, STEP (client); RECV, SEND, CTL (server).
+SET, PUBLISH, TCP, CONSUME, STEP, RECV, SEND, CTL = range(8)
+SWITCH, REVERT, REQUEST, CLOSE = range(4)                  # STEP
+READY, INQ, DRAIN, SERVE, RX_BACK, SELF_REVERT, SHUT, ARM = range(8)  # CTL
+PEEK, WAITALL = 1 << 14, 1 << 15
+
+
+def c_op(kind, v=0):
+    return struct.pack("<BQ", kind, v & U64)
+
+
+def c_set(field, value, mode=RAW):
+    return c_op(SET, FIELDS.index(field) | mode << 5 | (value & ((1 << 56) - 1)) << 8)
+
+
+def c_near(field, delta):
+    """The field at its anchor (the server's count or position) plus delta."""
+    return c_set(field, delta & 0xff, NEAR)
+
+
+def c_tcp(n, tokens=False, data=False):
+    return c_op(TCP, n | tokens << 12 | data << 13)
+
+
+def seg_header(c2s=RING_MIN, s2c=RING_MIN, server=None, **client):
+    """A whole header page: identity, the client's side with the given words, the
+    server's side (zero unless given), ring positions zero."""
+    img = bytearray(HDR)
+    img[:IDENT_SIZE] = ident(c2s, s2c)
+    for name, value in client.items():
+        struct.pack_into("<Q" if SIDE[name] in (88, 96, 112, 144, 160, 168) else "<I",
+                         img, SIDE_CLIENT + SIDE[name], value)
+    if server:
+        img[SIDE_SERVER:SIDE_SERVER + len(server)] = server
+    return bytes(img)
+
+
+def conn_ops(*parts):
+    return b"".join(parts)
+
+
+# Stories both targets start from: an honest client through each protocol stage.
+TRAFFIC = conn_ops(c_tcp(300, data=True), c_op(RECV, 200), c_op(RECV, 8191),
+                   c_op(STEP, SWITCH), c_op(PUBLISH, 5000 | 1 << 16), c_op(CTL, ARM),
+                   c_op(RECV, 1000), c_op(RECV, 4000 | PEEK), c_op(RECV, 8191),
+                   c_op(SEND, 3000), c_op(CTL, READY), c_op(CTL, INQ), c_op(CONSUME, 2000),
+                   c_op(SEND, 8000), c_op(CONSUME, 8192), c_op(SEND, 100))
+CLIENT_REVERTS = conn_ops(c_tcp(100, data=True), c_op(STEP, SWITCH), c_op(CTL, ARM),
+                          c_op(PUBLISH, 3000 | 1 << 16), c_op(RECV, 1000), c_tcp(2, tokens=True),
+                          c_op(STEP, REVERT), c_tcp(500), c_op(RECV, 8191), c_op(RECV, 8191),
+                          c_op(CTL, RX_BACK), c_op(RECV, 8191), c_op(SEND, 700))
+SERVER_SERVES = conn_ops(c_op(STEP, SWITCH), c_op(SEND, 6000), c_op(CONSUME, 1000),
+                         c_op(STEP, REQUEST), c_op(SEND, 500), c_op(CTL, DRAIN),
+                         c_op(CTL, SERVE), c_op(CONSUME, 0), c_op(SEND, 300), c_op(RECV, 10))
+SERVER_REVERTS = conn_ops(c_op(STEP, SWITCH), c_op(PUBLISH, 2000), c_op(SEND, 1500),
+                          c_op(STEP, REVERT), c_op(CTL, SELF_REVERT), c_op(RECV, 4000),
+                          c_op(SEND, 900), c_tcp(50), c_op(RECV, 4000))
+CLOSES = conn_ops(c_op(STEP, SWITCH), c_op(PUBLISH, 700), c_op(SEND, 200), c_op(CTL, DRAIN),
+                  c_op(STEP, CLOSE), c_op(RECV, 8191), c_op(SEND, 10), c_op(CTL, READY))
+HOSTILE = conn_ops(c_tcp(64, data=True), c_op(RECV, 32), c_near("switch_pos", -8),
+                   c_set("switched", 1), c_op(RECV, 100), c_op(SEND, 10), c_op(RECV, 100))
+HOSTILE_REVERT = conn_ops(c_op(STEP, SWITCH), c_op(PUBLISH, 1000), c_set("tx_reverted", 1),
+                          c_set("revert_ring_end", 3 * RING_MIN, SPAN), c_op(RECV, 4000),
+                          c_op(CTL, RX_BACK), c_op(RECV, 10), c_op(SEND, 10))
+HOSTILE_TCP_POS = conn_ops(c_op(STEP, SWITCH), c_tcp(10, tokens=True), c_op(CTL, DRAIN),
+                           c_set("tx_reverted", 1), c_near("revert_ring_end", 0),
+                           c_near("revert_tcp_pos", -3), c_op(CTL, RX_BACK),
+                           c_op(RECV, 10))
+HOSTILE_REQUEST = conn_ops(c_op(STEP, SWITCH), c_op(SEND, 3000), c_set("revert_req", 1),
+                           c_set("s2c_head", 2 * RING_MIN + 5, SPAN), c_op(CTL, SERVE),
+                           c_op(SEND, 10), c_op(RECV, 10), c_set("s2c_head", 7, TOP),
+                           c_op(SEND, 100))
+
+
+def segment_seed(img, file_size=None, ops=b"", flags=PATCH_INO | PATCH_COOKIE, pre=0):
+    file_size = HDR + 2 * RING_MIN if file_size is None else file_size
+    return struct.pack("<BBHI", flags, pre, len(img), file_size) + img + ops
+
+
+def segment_seeds():
+    small = HDR + 2 * RING_MIN
+    seg = seg_header()
+    return {
+        "valid": segment_seed(seg),
+        "traffic": segment_seed(seg, ops=TRAFFIC, pre=40),
+        "mixed_sizes": segment_seed(seg_header(4 * RING_MIN, 2 * RING_MIN), HDR + 6 * RING_MIN,
+                                    TRAFFIC),
+        "client_reverts": segment_seed(seg, ops=CLIENT_REVERTS),
+        "closes": segment_seed(seg, ops=CLOSES, pre=3),
+        "switched_before": segment_seed(seg_header(switched=1, switch_pos=20), pre=30,
+                                        ops=conn_ops(c_op(RECV, 8191), c_op(RECV, 8191),
+                                                     c_op(PUBLISH, 100), c_op(RECV, 50))),
+        "declined": segment_seed(seg_header(tx_reverted=1), ops=conn_ops(c_op(SEND, 10),
+                                                                         c_op(RECV, 10)),
+                                 pre=5),
+        "server_side_prefilled": segment_seed(
+            seg_header(server=bytes([0x5a]) * SIDE_SIZE), ops=TRAFFIC),
+        "switch_behind": segment_seed(seg, ops=HOSTILE),
+        "bad_magic": segment_seed(seg[:8].replace(seg[:1], b"V") + seg[8:]),
+        "bad_version": segment_seed(ident(RING_MIN, RING_MIN, version=2) + seg[IDENT_SIZE:]),
+        "bad_ring_size": segment_seed(ident(RING_MIN + 64, RING_MIN) + seg[IDENT_SIZE:],
+                                      small + 64),
+        "bad_offsets": segment_seed(ident(RING_MIN, RING_MIN, offs=(HDR + 64, HDR + RING_MIN))
+                                    + seg[IDENT_SIZE:]),
+        "bad_total": segment_seed(ident(RING_MIN, RING_MIN, total=small + HDR) +
+                                  seg[IDENT_SIZE:], small + HDR),
+        "truncated": segment_seed(seg, small - 1),
+        "short_file": segment_seed(seg[:100], 100),
+        "stale_inode": segment_seed(seg, flags=PATCH_COOKIE),
+        "stale_cookie": segment_seed(seg, flags=PATCH_INO, ops=TRAFFIC),
+        # Regressions. The client left the server's send lock held in the file it made:
+        # a non-blocking send of the server blocked for good (attach.c now starts the
+        # server's side afresh).
+        "regress_server_lock": segment_seed(seg_header(server=struct.pack("<I", 4)),
+                                            ops=conn_ops(c_op(SEND, 99), c_op(RECV, 99))),
+    }
+
+
+def close_revert_seed(lines, ops=b"", c2s_log=0, s2c_log=0, pre=0):
+    return struct.pack("<BBH", c2s_log | s2c_log << 2, pre, len(lines)) + lines + ops
+
+
+def close_revert_seeds():
+    lines = seg_header()[IDENT_SIZE:1024]
+    wrapped = bytearray(lines)
+    # Ring positions near the u64 wrap: C2S (head, tail), S2C (head, tail).
+    for base, head, tail in ((RINGS_OFF, U64 - 99, U64 - 99), (RINGS_OFF + RING_HDR, U64, U64)):
+        struct.pack_into("<Q", wrapped, base - IDENT_SIZE, tail)
+        struct.pack_into("<Q", wrapped, base - IDENT_SIZE + CONS, head)
+    return {
+        "traffic": close_revert_seed(lines, TRAFFIC, pre=40),
+        "traffic_big": close_revert_seed(lines, TRAFFIC, 2, 1),
+        "wrapped": close_revert_seed(bytes(wrapped), TRAFFIC + SERVER_SERVES),
+        "client_reverts": close_revert_seed(lines, CLIENT_REVERTS, pre=10),
+        "server_serves": close_revert_seed(lines, SERVER_SERVES, 1, 1),
+        "server_reverts": close_revert_seed(lines, SERVER_REVERTS),
+        "closes": close_revert_seed(lines, CLOSES, pre=7),
+        "closes_unread": close_revert_seed(lines, conn_ops(c_op(STEP, SWITCH),
+                                                           c_op(PUBLISH, 900))),
+        "switch_behind": close_revert_seed(lines, HOSTILE),
+        "ring_end_out_of_range": close_revert_seed(lines, HOSTILE_REVERT),
+        "tcp_pos_behind": close_revert_seed(lines, HOSTILE_TCP_POS),
+        "head_out_of_range": close_revert_seed(lines, HOSTILE_REQUEST, 0, 1),
+        "tokens_lie": close_revert_seed(lines, conn_ops(c_op(STEP, SWITCH),
+                                                        c_set("tokens_sent", 1 << 40),
+                                                        c_op(CTL, DRAIN))),
+        # Regressions (fixed in src/transport/shm/io.c and attach.c).
+        # Bytes wait on the ring when a send finds the client's head out of range: the
+        # receive after that ECONNRESET returned them.
+        "regress_broken_recv": close_revert_seed(lines, conn_ops(
+            c_op(STEP, SWITCH), c_op(PUBLISH, 500), c_op(SEND, 4095),
+            c_set("s2c_head", 0, TOP), c_op(SEND, 9), c_op(RECV, 99))),
+        # A client that never switched says it moves back to TCP (here with ring bytes it
+        # should not have written; or killed between tokens_closed and tx_reverted): a
+        # non-blocking receive spun for good.
+        "regress_unswitched_revert": close_revert_seed(lines, conn_ops(
+            c_op(PUBLISH, 2000), c_op(STEP, REVERT), c_op(RECV, 3999), c_tcp(10),
+            c_op(RECV, 3999))),
+        "regress_revert_killed": close_revert_seed(lines, conn_ops(
+            c_tcp(10, data=True), c_set("tokens_closed", 1), c_op(RECV, 99), c_op(RECV, 99)),
+            pre=5),
+        # The last close of a socket other processes may hold (a fork) is a server's, with
+        # bytes unread (the kernel resets): the lookup of the socket's 4-tuple found the
+        # listening socket instead, so the client was never told CLOSED.
+        "regress_shared_close": close_revert_seed(lines, conn_ops(
+            c_op(STEP, SWITCH), c_op(SEND, 99), c_op(CONSUME, 100), c_op(CTL, ARM | 8)),
+            pre=5),
+    }
+
+
+# `ulsock stat` record files (include/ulsock/stat.h).
+STAT_MAGIC, STAT_VERSION, STAT_SLOTS, STAT_REC = 0x3154415453534C55, 2, 2048, 184
+AF_INET, AF_INET6 = 2, 10
+
+
+def stat_head(magic=STAT_MAGIC, version=STAT_VERSION, rec=STAT_REC, pid=4242,
+              slots=STAT_SLOTS):
+    return struct.pack("<QIIIIQ", magic, version, rec, pid, slots, 0)
+
+
+def stat_rec(slot, fd=7, role=1, path=1, local=None, peer=None, reason=b"", tx=0, rx=0,
+             used=1):
+    v4 = struct.pack("<H", AF_INET) + struct.pack(">H", 4000) + bytes([127, 0, 0, 1])
+    local = v4.ljust(28, b"\0") if local is None else local
+    peer = v4.ljust(28, b"\0") if peer is None else peer
+    rec = (struct.pack("<IiII", used, fd, role, path) + local + peer +
+           reason[:96].ljust(96, b"\0") + struct.pack("<QQ", tx, rx))
+    return struct.pack("<H", slot) + rec
+
+
+def stat_seed(head, recs=b"", json=False, delta=None):
+    flags = int(json) | (2 if delta is not None else 0)
+    return struct.pack("<Bb", flags, delta or 0) + head + recs
+
+
+def stat_seeds():
+    v6 = (struct.pack("<H", AF_INET6) + struct.pack(">H", 443) + bytes(4) +
+          bytes(15) + b"\x01" + bytes(4))
+    recs = (stat_rec(0) +
+            stat_rec(1, 9, 0, 2, reason=b"peer address is not on this host", tx=7, rx=8) +
+            stat_rec(2047, 11, 0, 3, local=v6, peer=v6, reason=b"net", tx=1 << 40) +
+            stat_rec(5, 12, 1, 9, reason=b"x" * 96) + stat_rec(6, used=0))
+    # What a reason may hold: quotes and control characters, UTF-8 (a strerror in a
+    # French locale), Latin-1 and a UTF-8 sequence cut at the 96th byte.
+    # The odd_reasons seeds are regressions too: --json printed invalid UTF-8 and the
+    # table raw control characters (fixed in src/cli/ulsock.c).
+    odd = (stat_rec(3, reason=b'quote " backslash \\ tab \t newline \n bell \x07 del \x7f') +
+           stat_rec(4, path=2, reason="cannot create segment: P\u00e9riph\u00e9rique".encode()) +
+           stat_rec(8, path=2, reason=b"latin-1 caf\xe9, cut \xc3") +
+           stat_rec(9, path=2, reason=("x" * 95 + "\u00e9").encode()))
+    return {
+        "listed": stat_seed(stat_head(), recs),
+        "listed_json": stat_seed(stat_head(), recs, json=True),
+        "odd_reasons": stat_seed(stat_head(), odd),
+        "odd_reasons_json": stat_seed(stat_head(), odd, json=True),
+        "empty": stat_seed(stat_head(), json=True),
+        "version1": stat_seed(struct.pack("<QII", STAT_MAGIC, 4242, STAT_SLOTS) + bytes(16),
+                              recs),
+        "version3": stat_seed(stat_head(version=3), recs, json=True),
+        "rec_size": stat_seed(stat_head(rec=STAT_REC + 8), recs),
+        "slots": stat_seed(stat_head(slots=1024), recs),
+        "short": stat_seed(stat_head(), recs, delta=-1),
+        "long": stat_seed(stat_head(), recs, json=True, delta=64),
+        "unwritten": stat_seed(bytes(32), recs),
+    }
+
+
 def main():
     write("fuzz_ring", ring_seeds())
     write("fuzz_fabric_msg", fabric_msg_seeds())
     write("fuzz_fabric_dir", fabric_dir_seeds())
+    write("fuzz_segment", segment_seeds())
+    write("fuzz_close_revert", close_revert_seeds())
+    write("fuzz_stat", stat_seeds())
 
 
 if __name__ == "__main__":

@@ -115,3 +115,25 @@ def test_unwritten_header_skipped(held):
     res = run_stat("--json")
     assert mine(res) == []
     assert str(os.getpid()) not in res.stderr
+
+
+def test_odd_reason_printable(held):
+    """Another process writes the reason: bytes that are not UTF-8 (a strerror text in a
+    Latin-1 locale, one cut inside a character) print as U+FFFD, so --json stays valid;
+    the table shows a control character as '?', so a newline cannot forge a line."""
+    head = struct.pack("<QIIIIQ", MAGIC, VERSION, REC, os.getpid(), SLOTS, 0)
+    recs = [rec_bytes(13, 0, 2, sockaddr_in(4005), sockaddr_in(5005),
+                      b"caf\xe9 \xc3\xa9t\xc3", 0, 0),
+            rec_bytes(14, 0, 2, sockaddr_in(4006), sockaddr_in(5006),
+                      b"first\n99999 1 client forged\x1b[2J", 0, 0)]
+    held.append(hold_file(head + b"".join(recs), HEAD + REC * SLOTS))
+    got = sorted(mine(run_stat("--json")), key=lambda r: r["fd"])
+    assert [r["reason"] for r in got] == ["caf\ufffd \u00e9t\ufffd",
+                                          "first\n99999 1 client forged\x1b[2J"]
+    res = subprocess.run([str(ULSOCK_BIN), "stat"], capture_output=True, timeout=30,
+                         env=clean_env())
+    assert res.returncode == 0
+    out = res.stdout.decode("utf-8")  # raises if the table is not UTF-8
+    assert "caf\ufffd \u00e9t\ufffd" in out
+    assert "first?99999 1 client forged?[2J" in out
+    assert not any(line.startswith("99999") for line in out.splitlines())

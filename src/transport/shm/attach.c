@@ -127,6 +127,12 @@ static enum uls_tp_answer shm_accept(struct uls_conn *c, int fd, char *why, size
 		snprintf(why, wlen, "peer segment rejected: %s", strerror(-err));
 		return ULS_TP_DECLINED;
 	}
+	/*
+	 * The client made the file, server's side included: this side starts it afresh, so
+	 * that nothing a client left there (a lock word held, a revert flag) stalls or
+	 * misleads the server's calls. No process of this side has used it yet.
+	 */
+	memset((void *)&s->seg.hdr->side[ULS_SIDE_SERVER], 0, sizeof(struct uls_side));
 	bind_role(c, ULS_SERVER);
 	atomic_store(&s->me->cookie, uls_sock_cookie(fd));
 	/* Release: a client that sees ATTACHED sees the cookie, and every later ring write. */
@@ -189,13 +195,19 @@ static void shm_settled(struct uls_conn *c)
 		uls_seg_remove(&s->seg);
 }
 
-/* Is the socket self -> other closed in every process? The kernel knows. */
-static int socket_gone(const struct sockaddr_storage *self, const struct sockaddr_storage *other)
+/*
+ * Is the socket self -> other closed in every process? The kernel knows. Once the socket
+ * is gone, the lookup of its 4-tuple answers with a listening socket on the same local
+ * address, if there is one (a server's): when its SO_COOKIE is known (not 0), another
+ * socket's cookie says it is gone as well.
+ */
+static int socket_gone(const struct sockaddr_storage *self, const struct sockaddr_storage *other,
+		       uint64_t cookie)
 {
 	struct uls_sockid id;
 	int err = uls_diag_lookup((const struct sockaddr *)self, (const struct sockaddr *)other, &id);
 
-	return err == -ENOENT || (err == 0 && id.ino == 0);
+	return err == -ENOENT || (err == 0 && (id.ino == 0 || (cookie && id.cookie != cookie)));
 }
 
 /*
@@ -240,7 +252,7 @@ static void release_shared(struct uls_conn *c)
 	 */
 	if (c->role == ULS_CLIENT || (peer_state & ULS_SIDE_CLOSED) ||
 	    atomic_load(&c->peer_gone) ||
-	    (!peer_pid_alive(c) && socket_gone(&c->peer_sa, &c->local_sa)))
+	    (!peer_pid_alive(c) && socket_gone(&c->peer_sa, &c->local_sa, 0)))
 		uls_seg_remove(&s->seg);
 }
 
@@ -308,10 +320,11 @@ static int shm_close(struct uls_conn *c, int fd)
 	 * may hold the socket (fork, SCM_RIGHTS): then the kernel is asked after the close.
 	 */
 	int alone = !uls_conn_maybe_shared(c);
+	uint64_t cookie = alone ? 0 : uls_sock_cookie(fd);
 	if (alone)
 		release_shared(c);
 	int rc = uls_libc.close(fd), err = errno;
-	if (!alone && socket_gone(&c->local_sa, &c->peer_sa))
+	if (!alone && socket_gone(&c->local_sa, &c->peer_sa, cookie))
 		release_shared(c);
 	errno = err;
 	return rc;

@@ -974,6 +974,9 @@ static ssize_t conn_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 
 	if (atomic_load(&c->shut_wr))
 		return send_epipe(c, flags);
+	/* The peer broke the protocol: ECONNRESET from now on, on TCP as on the ring. */
+	if (atomic_load(&c->broken))
+		return -ECONNRESET;
 	dir_lock(c, TXL);
 	if (atomic_load(&s->peer->revert_req))
 		uls_revert_serve_locked(c, fd);
@@ -1051,8 +1054,18 @@ static ssize_t tcp_recv_before_switch(struct uls_conn *c, int fd, struct msghdr 
 	}
 	/* Until the switch is seen, what follows the data may be wake-ups (read as such). */
 	int tokens = !switched, bell = -1, bounded = 0, kflags = flags & ~MSG_WAITALL;
-	if (tokens && !uls_token_read_begin(c))
-		return -EALREADY; /* a client reverting has switched first: the limit is exact */
+	if (tokens && !uls_token_read_begin(c)) {
+		/*
+		 * The client moves back to TCP. One that switched did so before it said so:
+		 * the next pass reads up to its switch position, exactly. One that never
+		 * switched never will (protocol.md, section 8): its TCP bytes are all data.
+		 * Going round again instead would spin for as long as it stays so (a client
+		 * killed in its revert, or lying), even in a non-blocking call.
+		 */
+		if (atomic_load_explicit(&s->peer->switched, memory_order_acquire))
+			return -EALREADY;
+		tokens = 0;
+	}
 	if (!switched && !nonblock) {
 		/* Another thread may consume the wake-up meant for this one (bell.h): then
 		 * this reader must not sleep where it cannot be rung, in a blocking recvmsg. */
@@ -1065,7 +1078,8 @@ static ssize_t tcp_recv_before_switch(struct uls_conn *c, int fd, struct msghdr 
 		atomic_fetch_or(&s->rx->sh->cons.want_data, ULS_WANT_TOKEN);
 		uls_fence_heavy(&s->peer->light_fence);
 		if (atomic_load_explicit(&s->peer->switched, memory_order_acquire)) {
-			uls_token_read_end(c);
+			if (tokens)
+				uls_token_read_end(c);
 			return -EALREADY;
 		}
 	}
@@ -1075,7 +1089,8 @@ static ssize_t tcp_recv_before_switch(struct uls_conn *c, int fd, struct msghdr 
 	n = uls_libc.recvmsg(uls_conn_fd(c, fd), &m, kflags);
 	if (n < 0 && errno == EAGAIN && (kflags & MSG_DONTWAIT) && !(flags & MSG_DONTWAIT) &&
 	    !nonblock) {
-		uls_token_read_end(c);
+		if (tokens)
+			uls_token_read_end(c);
 		int r = wait_rung(c, fd, deadline, 0, max_sleep_ms(c), bell, bounded);
 		return r < 0 ? r : -EALREADY;
 	}
@@ -1327,6 +1342,9 @@ static ssize_t conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 		return 0;
 	if (total == 0)
 		return 0;
+	/* A broken connection delivers nothing more, not even bytes already on the ring. */
+	if (atomic_load(&c->broken))
+		return -ECONNRESET;
 	dir_lock(c, RXL);
 	for (;;) {
 		struct msghdr m = *msg;
