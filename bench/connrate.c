@@ -11,6 +11,13 @@
  *   uls-connrate -s [-a ADDR] [-p PORT]               server only, until killed
  *   uls-connrate -c [-a ADDR] -p PORT [-n N] [-t S]   client only
  *
+ * Two references, for what a substrate can reach (docs/PERFORMANCE.md):
+ *   -e  empty connections: the client connects and closes, the server accepts and closes,
+ *       no byte either way. On kernel TCP this is the floor of any layer that keeps a
+ *       kernel TCP connection per connection, as ulsock does.
+ *   -u  Unix domain stream sockets (abstract name "uls-connrate.PORT") instead of TCP;
+ *       with -s, -c or neither, as for TCP (-a is ignored).
+ *
  * The client stops after COUNT connections or SECONDS, whichever comes first, and
  * prints one line: "connrate: connections=N seconds=S conn_per_sec=R".
  * Plain C11 and POSIX; it never links against ulsock, so it measures any substrate.
@@ -20,10 +27,12 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,6 +44,18 @@ struct options {
 	double seconds;
 	int server_only;
 	int client_only;
+	int empty;    /* -e: no byte exchanged */
+	int unix_dom; /* -u: AF_UNIX instead of TCP */
+};
+
+/* The address either way: TCP's, or the abstract Unix name (sun_path[0] is NUL). */
+struct addr {
+	union {
+		struct sockaddr sa;
+		struct sockaddr_in in;
+		struct sockaddr_un un;
+	} u;
+	socklen_t len;
 };
 
 static void die(const char *what)
@@ -51,43 +72,60 @@ static double now_sec(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static void make_addr(const struct options *o, struct sockaddr_in *sa)
+static void make_addr(const struct options *o, struct addr *a)
 {
-	memset(sa, 0, sizeof(*sa));
-	sa->sin_family = AF_INET;
-	sa->sin_port = htons((unsigned short)o->port);
-	if (inet_pton(AF_INET, o->addr, &sa->sin_addr) != 1) {
+	memset(a, 0, sizeof(*a));
+	if (o->unix_dom) {
+		int n;
+
+		a->u.un.sun_family = AF_UNIX;
+		n = snprintf(a->u.un.sun_path + 1, sizeof(a->u.un.sun_path) - 1,
+			     "uls-connrate.%d", o->port);
+		a->len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+		return;
+	}
+	a->u.in.sin_family = AF_INET;
+	a->u.in.sin_port = htons((unsigned short)o->port);
+	a->len = sizeof(a->u.in);
+	if (inet_pton(AF_INET, o->addr, &a->u.in.sin_addr) != 1) {
 		fprintf(stderr, "uls-connrate: bad IPv4 address '%s'\n", o->addr);
 		exit(2);
 	}
 }
 
-/* Returns a listening socket on o->addr:o->port and stores the bound port in o->port. */
+/*
+ * Returns a listening socket on o->addr:o->port and stores the bound port in o->port. A
+ * Unix name needs a number of its own when none was given: the process id.
+ */
 static int listen_on(struct options *o)
 {
-	struct sockaddr_in sa;
-	socklen_t len = sizeof(sa);
+	struct addr a;
 	int one = 1;
 	int fd;
 
-	make_addr(o, &sa);
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (o->unix_dom && !o->port)
+		o->port = (int)getpid();
+	make_addr(o, &a);
+	fd = socket(a.u.sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		die("socket");
-	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0)
+	if (!o->unix_dom && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0)
 		die("setsockopt(SO_REUSEADDR)");
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+	if (bind(fd, &a.u.sa, a.len) < 0)
 		die("bind");
 	if (listen(fd, 1024) < 0)
 		die("listen");
-	if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0)
-		die("getsockname");
-	o->port = ntohs(sa.sin_port);
+	if (!o->unix_dom) {
+		a.len = sizeof(a.u.in);
+		if (getsockname(fd, &a.u.sa, &a.len) < 0)
+			die("getsockname");
+		o->port = ntohs(a.u.in.sin_port);
+	}
 	return fd;
 }
 
-/* Serves one connection: read the client's byte, answer it, close first. */
-static void serve_one(int lfd)
+/* Serves one connection: read the client's byte, answer it, close first (-e: only close). */
+static void serve_one(int lfd, int empty)
 {
 	char b;
 	ssize_t n;
@@ -99,6 +137,10 @@ static void serve_one(int lfd)
 			return;
 		die("accept");
 	}
+	if (empty) {
+		close(fd);
+		return;
+	}
 	do
 		n = read(fd, &b, 1);
 	while (n < 0 && errno == EINTR);
@@ -107,26 +149,36 @@ static void serve_one(int lfd)
 	close(fd);
 }
 
-static void serve_forever(int lfd)
+static void serve_forever(int lfd, int empty)
 {
 	for (;;)
-		serve_one(lfd);
+		serve_one(lfd, empty);
 }
 
 /* One full client connection; returns 0 on success, -1 after printing why not. */
-static int client_once(const struct sockaddr_in *sa)
+static int client_once(const struct addr *a, int empty)
 {
 	char b = 'x';
 	int one = 1;
 	int fd;
 
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	fd = socket(a->u.sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		die("socket");
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) < 0) {
+	if (a->u.sa.sa_family == AF_INET)
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (connect(fd, &a->u.sa, a->len) < 0) {
 		fprintf(stderr, "uls-connrate: connect: %s\n", strerror(errno));
 		goto err_close;
+	}
+	if (empty) {
+		/* Wait for the server's close: a client that ran ahead would fill its backlog. */
+		if (read(fd, &b, 1) != 0) {
+			fprintf(stderr, "uls-connrate: no end from the server\n");
+			goto err_close;
+		}
+		close(fd);
+		return 0;
 	}
 	if (write(fd, &b, 1) != 1) {
 		fprintf(stderr, "uls-connrate: write: %s\n", strerror(errno));
@@ -146,15 +198,15 @@ err_close:
 
 static int run_client(const struct options *o)
 {
-	struct sockaddr_in sa;
+	struct addr a;
 	double start, elapsed;
 	long done = 0;
 
-	make_addr(o, &sa);
+	make_addr(o, &a);
 	start = now_sec();
 	elapsed = 0;
 	while (done < o->count && elapsed < o->seconds) {
-		if (client_once(&sa) < 0)
+		if (client_once(&a, o->empty) < 0)
 			return 1;
 		done++;
 		/* Reading the clock every 64 connections keeps it out of the measurement. */
@@ -178,7 +230,7 @@ static int run_both(struct options *o)
 	if (child < 0)
 		die("fork");
 	if (child == 0)
-		serve_forever(lfd);
+		serve_forever(lfd, o->empty);
 	close(lfd);
 	rc = run_client(o);
 	kill(child, SIGTERM);
@@ -188,7 +240,7 @@ static int run_both(struct options *o)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: uls-connrate [-s|-c] [-a ADDR] [-p PORT] [-n COUNT] "
+	fprintf(stderr, "usage: uls-connrate [-s|-c] [-e] [-u] [-a ADDR] [-p PORT] [-n COUNT] "
 			"[-t SECONDS]\n");
 	exit(2);
 }
@@ -198,13 +250,19 @@ static void parse_options(int argc, char **argv, struct options *o)
 	int c;
 
 	*o = (struct options){.addr = "127.0.0.1", .count = 10000, .seconds = 1e9};
-	while ((c = getopt(argc, argv, "sca:p:n:t:h")) != -1) {
+	while ((c = getopt(argc, argv, "sceua:p:n:t:h")) != -1) {
 		switch (c) {
 		case 's':
 			o->server_only = 1;
 			break;
 		case 'c':
 			o->client_only = 1;
+			break;
+		case 'e':
+			o->empty = 1;
+			break;
+		case 'u':
+			o->unix_dom = 1;
 			break;
 		case 'a':
 			o->addr = optarg;
@@ -237,8 +295,11 @@ int main(int argc, char **argv)
 	if (o.server_only) {
 		int lfd = listen_on(&o);
 
-		printf("connrate: listening on %s:%d\n", o.addr, o.port);
-		serve_forever(lfd);
+		if (o.unix_dom)
+			printf("connrate: listening on @uls-connrate.%d\n", o.port);
+		else
+			printf("connrate: listening on %s:%d\n", o.addr, o.port);
+		serve_forever(lfd, o.empty);
 	}
 	if (o.client_only)
 		return run_client(&o);

@@ -258,15 +258,22 @@ def redis_get(clients, threads=0, scale=1):
     return fn
 
 
-def connrate(sub, params, record):
-    prog = os.path.join(params["build_dir"], "bin", "uls-connrate")
-    if not os.access(prog, os.X_OK):
-        raise BenchError("%s not built (run make build)" % prog)
-    port = free_port()
-    with _server(sub, [prog, "-s", "-p", str(port)], port, record):
-        out = _client(sub, [prog, "-c", "-p", str(port), "-n", str(params["n_conn"]),
-                            "-t", str(params["seconds"])], record, params["seconds"] + 60)
-    return parse_float(r"conn_per_sec=([0-9.]+)", out, "connection rate")
+def connrate_of(extra):
+    """uls-connrate, server and client apart; extra: its flags for both (-e: no byte)."""
+    def fn(sub, params, record):
+        prog = os.path.join(params["build_dir"], "bin", "uls-connrate")
+        if not os.access(prog, os.X_OK):
+            raise BenchError("%s not built (run make build)" % prog)
+        port = free_port()
+        with _server(sub, [prog, "-s", "-p", str(port)] + extra, port, record):
+            out = _client(sub, [prog, "-c", "-p", str(port), "-n", str(params["n_conn"]),
+                                "-t", str(params["seconds"])] + extra, record,
+                          params["seconds"] + 60)
+        return parse_float(r"conn_per_sec=([0-9.]+)", out, "connection rate")
+    return fn
+
+
+connrate = connrate_of([])
 
 
 BENCHMARKS = [
@@ -284,6 +291,10 @@ BENCHMARKS = [
               redis_get(50), ["redis-server", "redis-benchmark"]),
     Benchmark("connrate", "connections set up and torn down", "conn/s", False,
               connrate, []),
+    # No byte either way (uls-connrate -e): on kernel TCP, the floor of any layer that
+    # keeps a kernel TCP connection per connection (docs/PERFORMANCE.md).
+    Benchmark("connrate0", "connections set up and torn down, no byte", "conn/s", False,
+              connrate_of(["-e"]), []),
 ]
 
 
