@@ -17,6 +17,7 @@
  *            solo path of shm/io.c): request/response rounds, then a stream each way;
  *   threads: one process, a sending and a receiving thread per end, blocking calls, with
  *            the accept made while the client's first bytes are still being sent.
+ * Last, a hostile server that never attached (hostile_unattached_case).
  * One process can hold both ends: the server finds the client's segment through
  * sock_diag whichever process holds the client socket. The fork case runs before any
  * thread exists, since a process that made a thread never runs solo again.
@@ -368,6 +369,32 @@ static void threads_case(uint64_t seed, uint64_t total, const char *profile)
 	stream_fini(&down);
 }
 
+/*
+ * A server that never attached but says it moves back to TCP (its tokens_closed, which
+ * only a hostile server writes before attaching; this test writes it through the
+ * client's own mapping): the client's non-blocking receive fails with ECONNRESET, as
+ * does every later one, where it went round for ever before.
+ */
+static void hostile_unattached_case(void)
+{
+	struct end cli = pair_connect(1, RING_SMALL, RING_SMALL);
+	int sfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC); /* plain: it never attaches */
+	char b[16];
+	struct iovec iov = {.iov_base = b, .iov_len = sizeof(b)};
+
+	check_context("%s", "hostile unattached server");
+	CHECK(sfd >= 0);
+	CHECK_INT(pair_recvv(&cli, &iov, 1, 0), ==, -EAGAIN);
+	CHECK_EQ(pair_path(&cli), ULS_PATH_PENDING);
+	atomic_store(&shm_of(cli.c)->peer->tokens_closed, 1);
+	CHECK_INT(pair_recvv(&cli, &iov, 1, 0), ==, -ECONNRESET);
+	CHECK(atomic_load(&cli.c->broken));
+	CHECK_INT(pair_recvv(&cli, &iov, 1, 0), ==, -ECONNRESET);
+	CHECK_INT(pair_sendv(&cli, &iov, 1, 0), ==, -ECONNRESET);
+	close(sfd);
+	pair_close(&cli);
+}
+
 int main(void)
 {
 	pair_init("balanced");
@@ -392,6 +419,8 @@ int main(void)
 	threads_case(0x7e01, 2 << 20, "balanced");
 	threads_case(0x7e02, 1 << 20, "efficient");
 	threads_case(0x7e03, 1 << 20, "latency");
+
+	hostile_unattached_case();
 
 	close(lfd);
 	check_context("%s", "");

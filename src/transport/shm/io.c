@@ -1142,8 +1142,18 @@ static ssize_t tcp_recv_pending(struct uls_conn *c, int fd, struct msghdr *msg, 
 		if (uls_conn_peer_attached(c))
 			return -EALREADY;
 		/* A server attaching now may send wake-ups, and then revert. */
-		if (!uls_token_read_begin(c))
-			return -EALREADY;
+		if (!uls_token_read_begin(c)) {
+			/*
+			 * Only one that attached first: its attach precedes its revert, so seeing
+			 * the revert shows the attach too. Without it the server wrote what no
+			 * honest one writes, and going round again would spin for as long as it
+			 * stays so, even in a non-blocking call.
+			 */
+			if (uls_conn_peer_attached(c))
+				return -EALREADY;
+			uls_conn_broken(c, fd, "wake-ups closed by a server that never attached");
+			return -ECONNRESET;
+		}
 		n = uls_libc.recvmsg(uls_conn_fd(c, fd), msg,
 				     (flags & ~MSG_WAITALL) | MSG_DONTWAIT);
 		if (n >= 0 || errno != EAGAIN || nonblock)
