@@ -21,6 +21,7 @@ found something or could not run, 2 on a usage error.
 
     tools/fuzz_long.py --build build-fuzz                 # 10 million executions each
     tools/fuzz_long.py --build build-fuzz -runs=100000 --json fuzz-long.json
+    tools/fuzz_long.py --build build-fuzz --jobs 16 --targets fuzz_segment   # 16 cores
 """
 
 import argparse
@@ -122,44 +123,66 @@ def parse_output(text):
     return res
 
 
-def run_target(name, argv, env, runs, extra, logdir, limit):
-    cmd = long_argv(argv, runs, extra)
-    where = artifact_dir(cmd)
+def run_target(name, argv, env, runs, extra, logdir, limit, jobs=1):
+    """Runs one target for runs executions in all: one process, or jobs processes at once
+    (-seed=1..jobs, runs/jobs each, the same corpus directories), figures summed."""
+    per = -(-runs // jobs)
+    cmds = [long_argv(argv, per, extra + ([f"-seed={i + 1}"] if jobs > 1 else []))
+            for i in range(jobs)]
+    logs = [os.path.join(logdir, f"{name}.log" if jobs == 1 else f"{name}.{i + 1}.log")
+            for i in range(jobs)]
+    where = artifact_dir(cmds[0])
     before = artifacts(where)
-    log = os.path.join(logdir, f"{name}.log")
     full_env = dict(os.environ)
     full_env.update(env)
     env_words = [f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())]
-    print(f"fuzz_long: {name}: {runs} executions", flush=True)
+    print(f"fuzz_long: {name}: {runs} executions"
+          + (f" in {jobs} processes" if jobs > 1 else ""), flush=True)
     start = time.monotonic()
-    with open(log, "w") as out:
+    outs = [open(log, "w") for log in logs]
+    procs = [subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=full_env,
+                              cwd=os.path.dirname(cmd[0])) for cmd, out in zip(cmds, outs)]
+    codes = []
+    for proc in procs:
         try:
-            proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=full_env,
-                                  cwd=os.path.dirname(cmd[0]), timeout=limit)
-            rc = proc.returncode
+            codes.append(proc.wait(timeout=max(1, limit - (time.monotonic() - start))))
         except subprocess.TimeoutExpired:
-            rc = "timeout"
+            proc.kill()
+            proc.wait()
+            codes.append("timeout")
+    for out in outs:
+        out.close()
     seconds = time.monotonic() - start
-    with open(log, errors="replace") as f:
-        figures = parse_output(f.read())
+    figs = []
+    for log in logs:
+        with open(log, errors="replace") as f:
+            figs.append(parse_output(f.read()))
     found = sorted(artifacts(where) - before)
-    execs = figures.get("number_of_executed_units", figures.get("done_runs", 0))
+    execs = sum(f.get("number_of_executed_units", f.get("done_runs", 0)) for f in figs)
+
+    def pick(key, how):
+        vals = [f[key] for f in figs if f.get(key) is not None]
+        return how(vals) if vals else None
+
+    rc = next((c for c in codes if c != 0), 0)
     return {
         "target": name,
         "executions": execs,
+        "processes": jobs,
         "seconds": round(seconds, 1),
         "exec_per_sec": round(execs / seconds) if seconds > 0 else 0,
-        "cov_start": figures.get("cov_start"),
-        "cov": figures.get("cov"),
-        "ft": figures.get("ft"),
-        "corpus": figures.get("corpus"),
-        "new_units": figures.get("new_units_added"),
-        "peak_rss_mb": figures.get("peak_rss_mb"),
+        "cov_start": pick("cov_start", min),
+        "cov": pick("cov", max),
+        "ft": pick("ft", max),
+        "corpus": figs[0].get("corpus") if jobs == 1 else None,
+        "new_units": pick("new_units_added", sum),
+        "peak_rss_mb": pick("peak_rss_mb", max),
         "exit_status": rc,
         "crashes": found,
         "ok": rc == 0 and not found and execs >= runs,
-        "command": " ".join(env_words + [shlex.quote(a) for a in cmd]),
-        "log": log,
+        "command": " ".join(env_words + [shlex.quote(a) for a in cmds[0]])
+                   + (f"  (and -seed=2..{jobs}, at once)" if jobs > 1 else ""),
+        "log": logs[0] if jobs == 1 else os.path.join(logdir, f"{name}.N.log"),
     }
 
 
@@ -171,6 +194,9 @@ def main():
     ap.add_argument("-runs", "--runs", type=int, default=10_000_000,
                     help="executions per target (default 10,000,000)")
     ap.add_argument("--targets", help="comma-separated target names (default: all)")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="processes per target at once, each with its own -seed and "
+                         "runs/jobs executions (default 1); the figures are summed")
     ap.add_argument("--hours", type=float, default=24.0,
                     help="stop a target that is still running after this long (default 24)")
     ap.add_argument("--json", metavar="FILE", help="write the figures and commands here")
@@ -179,6 +205,8 @@ def main():
     args = ap.parse_args()
     if args.runs < 1:
         ap.error("-runs must be at least 1")
+    if args.jobs < 1:
+        ap.error("--jobs must be at least 1")
     build = os.path.abspath(args.build)
     targets = smoke_tests(build) or scanned_targets(build)
     if args.targets:
@@ -196,7 +224,8 @@ def main():
     started = datetime.datetime.now().isoformat(timespec="seconds")
     results = []
     for name, argv, env in targets:
-        r = run_target(name, argv, env, args.runs, args.extra, logdir, args.hours * 3600)
+        r = run_target(name, argv, env, args.runs, args.extra, logdir, args.hours * 3600,
+                       args.jobs)
         results.append(r)
         print(f"fuzz_long: {name}: {r['executions']} executions in {r['seconds']} s "
               f"({r['exec_per_sec']}/s), cov {r['cov_start']} -> {r['cov']}, ft {r['ft']}, "
