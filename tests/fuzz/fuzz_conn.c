@@ -30,6 +30,7 @@
  * the server's own bytes, from its ring end on, after it.
  */
 #include "fuzz_conn.h"
+#include "fuzz_loop.h"
 
 #include <errno.h>
 #include <linux/tcp.h> /* tcpi_bytes_received, which glibc's struct tcp_info lacks */
@@ -54,8 +55,6 @@
 
 #define CLOSE_BOUND_NS 2000000000ull /* a close waits at most 100 ms for the peer */
 
-static struct sockaddr_in listen_addr;
-static int listen_fd = -1;
 static int diag_ok; /* the kernel answers sock_diag lookups: a valid segment is taken */
 int fz_trace;
 
@@ -84,74 +83,16 @@ static int diag_probe(void)
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	socklen_t len = sizeof(listen_addr);
-
-	/* The library's warnings (a broken connection) would flood the fuzzer's output. */
-	setenv("ULSOCK_LOG", "error", 1);
+	fuzz_loop_init();
 	fz_trace = getenv("FZ_TRACE") != NULL;
-	signal(SIGPIPE, SIG_IGN);
-	uls_libc_init();
-	uls_config_load();
-	uls_log_open();
-	if (uls_fdtable_init() < 0)
-		abort();
-	uls_fence_init();
-	listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	memset(&listen_addr, 0, sizeof(listen_addr));
-	listen_addr.sin_family = AF_INET;
-	listen_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (listen_fd < 0 || bind(listen_fd, (struct sockaddr *)&listen_addr, len) < 0 ||
-	    listen(listen_fd, 16) < 0 ||
-	    getsockname(listen_fd, (struct sockaddr *)&listen_addr, &len) < 0) {
-		fprintf(stderr, "fuzz: no loopback listener: %s\n", strerror(errno));
-		abort();
-	}
 	diag_ok = diag_probe();
 	if (!diag_ok)
 		fprintf(stderr, "fuzz: no sock_diag answer here: no segment can be attached\n");
 	return 0;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
-/* Has the client's connect, interrupted by a signal (libFuzzer's timer), gone through? */
-static int connected(int fd)
-{
-	struct pollfd p = {.fd = fd, .events = POLLOUT};
-	int err = 0;
-	socklen_t len = sizeof(err);
-
-	while (poll(&p, 1, 10000) < 0)
-		if (errno != EINTR)
-			return 0;
-	return getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
-}
-
-/* Accepts the client's connection: one an earlier input left in the queue is not it. */
-static int accept_client(int cfd)
-{
-	struct sockaddr_in mine, peer;
-	socklen_t a = sizeof(mine);
-
-	if (getsockname(cfd, (struct sockaddr *)&mine, &a) < 0)
-		return -1;
-	for (;;) {
-		socklen_t b = sizeof(peer);
-		int fd = accept4(listen_fd, (struct sockaddr *)&peer, &b, SOCK_CLOEXEC);
-		if (fd < 0 && errno == EINTR)
-			continue;
-		if (fd < 0 || (peer.sin_port == mine.sin_port &&
-				peer.sin_addr.s_addr == mine.sin_addr.s_addr))
-			return fd;
-		close(fd);
-	}
-}
 
 static int tcp_pair(struct fz *f)
 {
@@ -164,10 +105,10 @@ static int tcp_pair(struct fz *f)
 		return -1;
 	setsockopt(f->cfd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 	setsockopt(f->cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	if (connect(f->cfd, (struct sockaddr *)&listen_addr, sizeof(listen_addr)) < 0 &&
-	    (errno != EINTR || !connected(f->cfd)))
+	if (connect(f->cfd, (struct sockaddr *)&fuzz_listen_addr, sizeof(fuzz_listen_addr)) < 0 &&
+	    (errno != EINTR || !fuzz_connected(f->cfd)))
 		return -1;
-	if (fstat(f->cfd, &st) < 0 || (f->sfd = accept_client(f->cfd)) < 0)
+	if (fstat(f->cfd, &st) < 0 || (f->sfd = fuzz_accept_client(f->cfd)) < 0)
 		return -1;
 	f->ino = (uint64_t)st.st_ino;
 	f->cookie = uls_sock_cookie(f->cfd);
@@ -574,7 +515,7 @@ static void server_ctl(struct fz *f, uint64_t v)
 	case 4:
 		if (!uls_conn_trylock(f->c, RXL))
 			break;
-		r = uls_revert_rx_back(f->c, f->sfd);
+		r = uls_revert_rx_back(f->c, f->sfd, 0);
 		uls_conn_unlock(f->c, RXL);
 		TRACE("rx_back: %d\n", r);
 		FUZZ_ASSERT(r == 0 || r == 1 || r == -ECONNRESET || r == -EPIPE);
@@ -728,11 +669,11 @@ void fz_close(struct fz *f)
 	struct snap a, b;
 	snap(f, &a);
 	TRACE("close: shared %d\n", uls_conn_maybe_shared(f->c));
-	uint64_t t0 = now_ns();
+	uint64_t t0 = fuzz_now_ns();
 	uls_conn_close(f->c, f->sfd, 1);
 	f->sfd = -1;
 	f->c = NULL;
-	FUZZ_ASSERT(now_ns() - t0 < CLOSE_BOUND_NS);
+	FUZZ_ASSERT(fuzz_now_ns() - t0 < CLOSE_BOUND_NS);
 	if (!f->shm)
 		goto out;
 	/* The close may serve the client's revert request (its drain does): checked alike. */

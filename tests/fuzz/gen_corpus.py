@@ -15,6 +15,10 @@ section 7 broken once.
 fuzz_stat: `ulsock stat` record files (include/ulsock/stat.h): the current layout with
 records of every path, and headers of other layouts.
 
+fuzz_client: the operations of fuzz_server_peer.c, after a byte of ring sizes: honest
+servers (a plain one, one that attaches and streams, moves back or serves the client's
+move back, shuts down and closes) and hostile server words.
+
 fuzz_fabric_dir: one directory message each (docs/protocol.md 9.3).
 
 fuzz_fabric_msg: fabric messages as protocol.md 9.4, 9.5 and 9.10 lay them out (header,
@@ -502,6 +506,105 @@ def stat_seeds():
     }
 
 
+# fuzz_client: fuzz_server_peer.c's operations; SRV_FIELDS is the order of its fields[].
+SRV_FIELDS = ["state", "reason", "cookie", "tcp_data", "tokens_sent", "light_fence",
+              "tokens_closed", "tokens_refused", "tokens_seen", "revert_req", "tx_reverted",
+              "revert_ring_end", "revert_tcp_pos", "rx_back", "multi", "s2c.tail", "s2c.eof",
+              "s2c.want_space", "c2s.head", "c2s.want_data", "c2s.closed", "switched"]
+S_SET, S_PUBLISH, S_TCP, S_CONSUME, S_STEP, C_RECV, C_SEND, C_CTL = range(8)
+ATTACH, S_REVERT, S_SERVE, S_FOLLOW, S_SHUT, S_CLOSE = range(6)
+RECV_PEEK, RECV_WAITALL = 1 << 14, 1 << 15
+CTL_READY, CTL_INQ, CTL_DRAIN, CTL_ARM, CTL_SHUT, CTL_REVERT = range(6)
+SET_RAW, SET_NEAR, SET_OR, SET_NOT = range(4)
+ST_ATTACHED, ST_DECLINED, ST_CLOSED, ST_RESET = 1, 2, 4, 0x10
+MAX_XFER_C = 8192
+
+
+def s_op(kind, v=0):
+    return struct.pack("<BQ", kind, v & U64)
+
+
+def s_set(field, value, mode=SET_RAW):
+    return s_op(S_SET, SRV_FIELDS.index(field) | mode << 5 | (value & (U64 >> 8)) << 8)
+
+
+def recv(n=MAX_XFER_C, flags=0):
+    return s_op(C_RECV, (n - 1) | flags)
+
+
+def client_seed(ops, c2s_log=0, s2c_log=0):
+    return bytes([c2s_log | s2c_log << 2]) + b"".join(ops)
+
+
+def client_seeds():
+    attach = s_op(S_STEP, ATTACH)
+    seeds = {
+        # The server attaches and streams on S2C; the client reads and closes.
+        "attach_stream": client_seed([attach, s_op(S_PUBLISH, 300), recv(100), recv(),
+                                      s_op(C_SEND, 500), s_op(S_CONSUME, 8192),
+                                      s_op(S_PUBLISH, 5000), recv(), recv(),
+                                      s_op(S_STEP, S_CLOSE), recv(), recv()]),
+        # A wake-up asked for by a receive that found the ring empty.
+        "attach_wakeup": client_seed([recv(10), attach, recv(), s_op(S_PUBLISH, 40 | 1 << 16),
+                                      s_op(C_CTL, CTL_READY), s_op(C_CTL, CTL_DRAIN),
+                                      recv(), s_op(C_CTL, CTL_INQ), recv()], 1, 1),
+        # A server without ulsock: its TCP data, then the end.
+        "plain_server": client_seed([s_op(S_TCP, 700), recv(200), recv(), s_op(C_SEND, 900),
+                                     s_op(S_STEP, S_CLOSE), recv()]),
+        # The server moves back to TCP with bytes on the ring the client has not read.
+        "server_revert": client_seed([attach, s_op(S_PUBLISH, 2000), recv(500),
+                                      s_op(S_STEP, S_REVERT), recv(), recv(),
+                                      s_op(S_TCP, 300), recv(), s_op(C_SEND, 100), recv()]),
+        # The client moves back; the server serves its request and follows it.
+        "client_revert": client_seed([attach, s_op(S_PUBLISH, 3000), recv(1000),
+                                      s_op(C_SEND, 700), s_op(C_CTL, CTL_REVERT),
+                                      s_op(S_STEP, S_SERVE), s_op(S_CONSUME, 8192),
+                                      s_op(S_STEP, S_FOLLOW), recv(), recv(),
+                                      s_op(S_TCP, 50), recv()]),
+        # The client's data on TCP before the attach, then on the ring after its switch.
+        "client_stream": client_seed([s_op(C_SEND, 300), s_op(S_CONSUME, 0), attach,
+                                      s_op(C_SEND, 2000), s_op(S_CONSUME, 8192), recv(),
+                                      s_op(S_PUBLISH, 100), recv(), s_op(C_SEND, 5000),
+                                      s_op(S_CONSUME, 1000), s_op(C_SEND, 5000),
+                                      s_op(S_CONSUME, 8192), s_op(C_CTL, CTL_DRAIN),
+                                      s_op(S_STEP, S_CLOSE), recv(), recv()], 1, 0),
+        # The server closes with the client's ring bytes unread: a reset.
+        "close_reset": client_seed([attach, s_op(C_SEND, 1000), s_op(S_PUBLISH, 100),
+                                    s_op(S_STEP, S_CLOSE), recv(50), recv(), recv(),
+                                    s_op(C_SEND, 10), recv()]),
+        # The server shuts its direction, then closes with a reset.
+        "shutdown_reset": client_seed([attach, s_op(S_PUBLISH, 10), s_op(S_STEP, S_SHUT),
+                                       recv(), recv(), s_set("state", ST_RESET, SET_OR),
+                                       recv(), s_op(C_CTL, CTL_SHUT)]),
+        # Hostile: wake-ups closed by a server that never attached.
+        "tokens_closed_unattached": client_seed([s_set("tokens_closed", 1), recv(), recv()]),
+        # Hostile: a tail far ahead of the head, a head moved back, a revert point outside.
+        "tail_out_of_range": client_seed([attach, s_set("s2c.tail", 1 << 40), recv(),
+                                          recv(), s_op(C_SEND, 10)]),
+        "head_back": client_seed([attach, s_op(C_SEND, 5000), s_set("c2s.head", 1 << 20),
+                                  s_op(C_SEND, 5000), recv()]),
+        "ring_end_outside": client_seed([attach, s_op(S_PUBLISH, 100),
+                                         s_set("revert_ring_end", 1 << 30),
+                                         s_set("tx_reverted", 1), recv(), recv()]),
+        # Hostile: wake-ups counted that never came, then the client closes.
+        "tokens_owed": client_seed([attach, recv(), s_set("tokens_sent", 1 << 20)]),
+        # Hostile: ATTACHED with DECLINED; a CLOSED side before the attach.
+        "declined": client_seed([s_set("state", ST_ATTACHED | ST_DECLINED), recv(),
+                                 s_op(C_SEND, 100), s_op(S_TCP, 10), recv()]),
+        # A revert position past the wake-ups sent: a non-blocking receive waited 5 s
+        # for them (discard_tcp) and returned ETIMEDOUT.
+        "regress_revert_wait_nonblock": client_seed([attach, s_set("revert_tcp_pos", 100),
+                                                     s_set("tx_reverted", 1), recv(),
+                                                     recv()]),
+        # A server that never attached "moved back": the client skipped its data bytes
+        # as wake-ups up to the revert position.
+        "regress_revert_unattached": client_seed([s_op(S_TCP, 100),
+                                                  s_set("revert_tcp_pos", 50),
+                                                  s_set("tx_reverted", 1), recv(), recv()]),
+    }
+    return seeds
+
+
 def main():
     write("fuzz_ring", ring_seeds())
     write("fuzz_fabric_msg", fabric_msg_seeds())
@@ -509,6 +612,7 @@ def main():
     write("fuzz_segment", segment_seeds())
     write("fuzz_close_revert", close_revert_seeds())
     write("fuzz_stat", stat_seeds())
+    write("fuzz_client", client_seeds())
 
 
 if __name__ == "__main__":

@@ -445,7 +445,7 @@ void uls_shm_drain(struct uls_conn *c, int fd)
 	 * poller learns of them here (the kernel says readable, the ring may be empty). */
 	if (!atomic_load(&s->me->rx_back) && atomic_load(&s->peer->tx_reverted) &&
 	    uls_conn_trylock(c, RXL)) {
-		uls_revert_rx_back(c, fd);
+		uls_revert_rx_back(c, fd, 1);
 		uls_conn_unlock(c, RXL);
 	}
 	if (atomic_load(&s->me->rx_back) || !uls_token_read_begin(c))
@@ -1270,7 +1270,7 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 		}
 		if (atomic_load(&c->broken) || cut_off(c, fd))
 			return -ECONNRESET;
-		int back = uls_revert_rx_back(c, fd);
+		int back = uls_revert_rx_back(c, fd, nonblock_now(c, fd, flags, nonblock));
 		if (back != 0)
 			return back < 0 ? back : -EALREADY;
 		if ((atomic_load(&s->peer->state) & ULS_SIDE_RESET) &&
@@ -1367,7 +1367,7 @@ static ssize_t conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 		/* The peer moved its sending direction back to TCP: follow it once the ring
 		 * bytes before its revert point are read (at once if it never switched). */
 		if (!atomic_load(&s->me->rx_back) && atomic_load(&s->peer->tx_reverted)) {
-			int back = uls_revert_rx_back(c, fd);
+			int back = uls_revert_rx_back(c, fd, nonblock);
 			if (back < 0) {
 				n = back;
 				break;

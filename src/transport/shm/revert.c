@@ -74,7 +74,7 @@ static int send_all_tcp(int fd, const uint8_t *p, size_t len)
 	return 0;
 }
 
-static int discard_tcp(int fd, uint64_t len, uint64_t *done)
+static int discard_tcp(int fd, uint64_t len, uint64_t *done, int nonblock)
 {
 	uint64_t deadline = uls_now_ns() + REVERT_IO_MS * 1000000ull;
 	char buf[4096];
@@ -84,6 +84,8 @@ static int discard_tcp(int fd, uint64_t len, uint64_t *done)
 		if (n > 0) {
 			len -= (uint64_t)n;
 			*done += (uint64_t)n;
+		} else if (n < 0 && errno == EAGAIN && nonblock) {
+			return -EAGAIN;
 		} else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
 			int r = wait_fd(fd, POLLIN, deadline);
 			if (r < 0)
@@ -203,13 +205,19 @@ void uls_revert_serve(struct uls_conn *c, int fd)
  * skips the peer's wake-up bytes and reads TCP. Caller holds the receive lock. Returns
  * 1 when the direction is back on TCP, 0 while ring bytes remain, or -errno.
  */
-int uls_revert_rx_back(struct uls_conn *c, int fd)
+int uls_revert_rx_back(struct uls_conn *c, int fd, int nonblock)
 {
 	struct uls_shm_conn *s = shm_of(c);
 	if (atomic_load(&s->me->rx_back))
 		return 1;
 	if (!atomic_load_explicit(&s->peer->tx_reverted, memory_order_acquire))
 		return 0;
+	/* A server moves back only after its attach (section 8): this one's TCP bytes are
+	 * data, none of them its wake-ups to skip. */
+	if (c->role == ULS_CLIENT && !uls_conn_peer_attached(c)) {
+		uls_conn_broken(c, fd, "revert by a server that never attached");
+		return -ECONNRESET;
+	}
 	/* A client's data from before its switch comes first on TCP: it is read as data
 	 * (io.c, tcp_recv_before_switch) before anything there is skipped. */
 	if (c->role == ULS_SERVER && atomic_load(&s->peer->switched) &&
@@ -235,7 +243,7 @@ int uls_revert_rx_back(struct uls_conn *c, int fd)
 		uls_conn_broken(c, fd, "TCP position out of range in a revert");
 		return -ECONNRESET;
 	}
-	int r = discard_tcp(uls_conn_fd(c, fd), pos - have, &got);
+	int r = discard_tcp(uls_conn_fd(c, fd), pos - have, &got, nonblock);
 	atomic_fetch_add(&s->me->tokens_seen, got);
 	if (r < 0)
 		return r;
@@ -336,7 +344,7 @@ int uls_shm_atmark(struct uls_conn *c, int fd, int *out)
 		if (!uls_conn_hold(c))
 			return -EBADF;
 		uls_conn_lock(c, RXL);
-		r = uls_revert_rx_back(c, fd);
+		r = uls_revert_rx_back(c, fd, 0);
 		uls_conn_unlock(c, RXL);
 		uls_conn_unhold(c);
 		if (r <= 0)
@@ -422,7 +430,7 @@ static int revert(struct uls_conn *c, int fd, int timeout_ms, int try)
 			break;
 		nanosleep(&ts, NULL);
 	}
-	r = uls_revert_rx_back(c, fd);
+	r = uls_revert_rx_back(c, fd, 0);
 	r = r == 1 ? 0 : (r < 0 ? r : -EPROTO);
 out_rx:
 	uls_conn_unlock(c, RXL);

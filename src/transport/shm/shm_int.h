@@ -82,8 +82,12 @@ void uls_conn_broken(struct uls_conn *c, int fd, const char *what);
 /* The peer asked for this side's bytes on TCP (revert.c). */
 void uls_revert_serve(struct uls_conn *c, int fd);
 void uls_revert_serve_locked(struct uls_conn *c, int fd); /* caller holds the send lock */
-/* 1 when the receiving direction is back on TCP, 0 while ring bytes remain, or -errno. */
-int uls_revert_rx_back(struct uls_conn *c, int fd);
+/*
+ * 1 when the receiving direction is back on TCP, 0 while ring bytes remain, or -errno;
+ * nonblock: -EAGAIN where the peer's wake-ups before its revert point are still to come,
+ * instead of waiting for them.
+ */
+int uls_revert_rx_back(struct uls_conn *c, int fd, int nonblock);
 
 /* Are the bytes still to come on TCP from the peer wake-ups that this side may read? */
 int uls_conn_reads_tokens(struct uls_conn *c);
