@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* The connection harnesses' shared set-up (fuzz_loop.h). */
+/* What the connection harnesses share (fuzz_loop.h). */
 #include "fuzz_loop.h"
+#include "fuzz_shm.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -83,5 +84,26 @@ int fuzz_accept_client(int cfd)
 				peer.sin_addr.s_addr == mine.sin_addr.s_addr))
 			return fd;
 		close(fd);
+	}
+}
+
+void fuzz_check_untouched(const void *now, const void *before, const struct fuzz_range *r,
+			  size_t n, const char *who)
+{
+	const uint8_t *a = before, *b = now;
+
+	for (size_t i = 0; i < n; i++, r++) {
+		if (memcmp(b + r->off, a + r->off, r->len) == 0)
+			continue;
+		uint32_t was, is;
+		memcpy(&was, a + r->off, 4);
+		memcpy(&is, b + r->off, 4);
+		if (r->may_clear && (is & ~was) == 0)
+			continue;
+		for (size_t k = 0; k < r->len; k++)
+			if (b[r->off + k] != a[r->off + k])
+				fprintf(stderr, "the %s wrote the other side's byte at %zu: %#x -> %#x\n",
+					who, r->off + k, a[r->off + k], b[r->off + k]);
+		FUZZ_ASSERT(!"the library's side wrote only its own words");
 	}
 }

@@ -6,6 +6,7 @@
  * the server's stream. Also the check that the server wrote nothing of the client's.
  */
 #include "fuzz_conn.h"
+#include "fuzz_loop.h"
 
 #include <stdatomic.h>
 #include <sys/socket.h>
@@ -48,10 +49,7 @@ _Static_assert(NFIELDS == 22, "gen_corpus.py: FIELDS");
  * clears its futex bit: protocol.md, section 5). The client's lock words are the client's
  * too: the server takes its token lock while closing, and leaves it as it found it.
  */
-static const struct range {
-	size_t off, len;
-	int may_clear;
-} peer_ranges[] = {
+static const struct fuzz_range peer_ranges[] = {
 	{0, sizeof(struct uls_seg_ident), 0},
 	{CLI(lock), CLI(light_fence) - CLI(lock), 0},
 	/* A sleeper clears the peer's light_fence when membarrier fails (fence.h). */
@@ -73,23 +71,8 @@ void fz_peer_snap(struct fz *f)
 /* The server wrote nothing only the client may write (bits of a want word at most cleared). */
 void fz_check_peer_untouched(const struct fz *f)
 {
-	const uint8_t *now = (const uint8_t *)f->h;
-
-	for (size_t i = 0; i < sizeof(peer_ranges) / sizeof(peer_ranges[0]); i++) {
-		const struct range *r = &peer_ranges[i];
-		if (memcmp(now + r->off, f->peer + r->off, r->len) == 0)
-			continue;
-		uint32_t was;
-		memcpy(&was, f->peer + r->off, 4);
-		if (r->may_clear && (rd(f, r->off, 4) & ~(uint64_t)was) == 0)
-			continue;
-		for (size_t k = 0; k < r->len; k++)
-			if (now[r->off + k] != f->peer[r->off + k])
-				fprintf(stderr, "the server wrote the client's byte at %zu: "
-					"%#x -> %#x\n", r->off + k, f->peer[r->off + k],
-					now[r->off + k]);
-		FUZZ_ASSERT(!"the server wrote only its own words");
-	}
+	fuzz_check_untouched(f->h, f->peer, peer_ranges,
+			     sizeof(peer_ranges) / sizeof(peer_ranges[0]), "server");
 }
 
 void fz_client_send(struct fz *f, uint64_t n)

@@ -189,10 +189,7 @@ int fzc_open(struct fzc *f, uint64_t c2s, uint64_t s2c)
  * (a mover exchanges the sleeper's want word, a sleeper the peer's light_fence). The
  * server's token lock is taken by the client's close and left as found.
  */
-static const struct range {
-	size_t off, len;
-	int may_clear;
-} srv_ranges[] = {
+static const struct fuzz_range srv_ranges[] = {
 	{SRV(lock), SRV(light_fence) - SRV(lock), 0},
 	{SRV(light_fence), 4, 1},
 	{SRV(light_fence) + 4, SRV(lock) + sizeof(struct uls_side) - SRV(light_fence) - 4, 0},
@@ -211,23 +208,8 @@ void fzc_snap(struct fzc *f)
 
 static void check_server_untouched(const struct fzc *f)
 {
-	const uint8_t *now = (const uint8_t *)f->h;
-
-	for (size_t i = 0; i < sizeof(srv_ranges) / sizeof(srv_ranges[0]); i++) {
-		const struct range *r = &srv_ranges[i];
-		if (memcmp(now + r->off, f->srv + r->off, r->len) == 0)
-			continue;
-		uint32_t was;
-		memcpy(&was, f->srv + r->off, 4);
-		if (r->may_clear && (rd(f, r->off, 4) & ~(uint64_t)was) == 0)
-			continue;
-		for (size_t k = 0; k < r->len; k++)
-			if (now[r->off + k] != f->srv[r->off + k])
-				fprintf(stderr, "the client wrote the server's byte at %zu: "
-					"%#x -> %#x\n", r->off + k, f->srv[r->off + k],
-					now[r->off + k]);
-		FUZZ_ASSERT(!"the client wrote only its own words");
-	}
+	fuzz_check_untouched(f->h, f->srv, srv_ranges, sizeof(srv_ranges) / sizeof(srv_ranges[0]),
+			     "client");
 }
 
 /* ---- the server's operations ---- */
