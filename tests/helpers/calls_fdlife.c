@@ -718,10 +718,13 @@ static void case_spawn_writer(CALLS_ARGS)
 
 /*
  * The parent sends records of 16 bytes while a second writer, started by posix_spawn (no
- * fork: nothing tells the parent), sends its own on the same socket. The peer reads in
- * multiples of 16 bytes, so no record is ever split: each must arrive whole, in its
- * writer's order, none lost. Under ulsock the parent runs single-threaded without locks
- * until the second process joins the connection's side (shm/io.c, solo path).
+ * fork: nothing tells the parent), sends its own on the same socket. Each must arrive
+ * whole, in its writer's order, none lost: kernel TCP never cuts a small blocking write
+ * for another writer's. The peer reads in uneven pieces (1 to 61 bytes), so the room a
+ * sender finds is seldom a whole number of records. Under ulsock the parent runs
+ * single-threaded without locks until the second process joins the connection's side
+ * (shm/io.c, solo path), and a blocking send waits for room for a whole small message
+ * (ring_send).
  */
 static void case_spawn_shared(CALLS_ARGS)
 {
@@ -729,14 +732,20 @@ static void case_spawn_shared(CALLS_ARGS)
 
 	calls_pair_open(&p, AF_INET);
 	if (p.child == 0) {
-		uint32_t next[3] = {0, 0, 0};
+		uint32_t next[3] = {0, 0, 0}, step = 0;
 		unsigned char b[REC * 64], want[REC];
+		size_t have = 0;
 		for (;;) {
-			ssize_t n = recv(p.fd, b, sizeof(b), MSG_WAITALL);
+			size_t ask = 1 + (step++ * 7) % 61;
+			if (ask > sizeof(b) - have)
+				ask = sizeof(b) - have;
+			ssize_t n = recv(p.fd, b + have, ask, 0);
+			CHECK(n >= 0);
 			if (n == 0)
 				break;
-			CHECK_EQ(n, (ssize_t)sizeof(b));
-			for (size_t off = 0; off < sizeof(b); off += REC) {
+			have += (size_t)n;
+			size_t off = 0;
+			for (; have - off >= REC; off += REC) {
 				uint32_t who, seq;
 				memcpy(&who, b + off, 4);
 				memcpy(&seq, b + off + 4, 4);
@@ -746,7 +755,10 @@ static void case_spawn_shared(CALLS_ARGS)
 				CHECK_EQ(memcmp(b + off, want, REC), 0);
 				next[who]++;
 			}
+			memmove(b, b + off, have - off);
+			have -= off;
 		}
+		CHECK_EQ(have, 0);
 		CHECK_EQ(next[1], NREC);
 		CHECK_EQ(next[2], NREC);
 		calls_pair_close(&p);

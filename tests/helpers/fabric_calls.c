@@ -19,6 +19,7 @@
 #include "calls_common.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
 
@@ -837,6 +838,95 @@ static void fionread_srv(struct fc *c)
 	}
 }
 
+/*
+ * Four threads send records of 3,000 bytes (writer id, sequence, then bytes derived from
+ * both) on the one connection with blocking sends; the peer reads them in uneven pieces
+ * (1 to 4,000 bytes) with pauses, so the window fills and a sender seldom finds room for
+ * a whole number of records.
+ * Each record arrives whole, in its writer's order, none lost: a blocking send does not
+ * put part of a message this small out and leave the rest to wait behind another
+ * thread's (fabric/io.c, send_fits).
+ */
+#define REC 3000
+#define NREC 1000u
+#define WRITERS 4
+
+static void put_rec(unsigned char *b, uint32_t who, uint32_t seq)
+{
+	memcpy(b, &who, 4);
+	memcpy(b + 4, &seq, 4);
+	for (size_t i = 8; i < REC; i++)
+		b[i] = (unsigned char)(who * 131u + seq * 7u + i);
+}
+
+struct rec_writer {
+	int fd;
+	uint32_t who;
+};
+
+static void *rec_write(void *arg)
+{
+	const struct rec_writer *w = arg;
+	unsigned char b[REC];
+
+	for (uint32_t i = 0; i < NREC; i++) {
+		put_rec(b, w->who, i);
+		CHECK_EQ(send(w->fd, b, REC, MSG_NOSIGNAL), REC);
+	}
+	return NULL;
+}
+
+static void threads_records_cli(struct fc *c)
+{
+	struct rec_writer w[WRITERS];
+	pthread_t t[WRITERS];
+
+	for (int i = 0; i < WRITERS; i++) {
+		w[i] = (struct rec_writer){c->fd, (uint32_t)i + 1};
+		CHECK(pthread_create(&t[i], NULL, rec_write, &w[i]) == 0);
+	}
+	for (int i = 0; i < WRITERS; i++)
+		CHECK(pthread_join(t[i], NULL) == 0);
+	ctl_await(c, 'k');
+}
+
+static void threads_records_srv(struct fc *c)
+{
+	uint32_t next[WRITERS + 1] = {0}, step = 0, all = 0;
+	static unsigned char b[REC * 3], want[REC];
+	size_t have = 0;
+
+	while (all < WRITERS * NREC) {
+		/* Now and then the reader pauses: the window fills, and reopens by odd amounts. */
+		if (step % 64 == 0)
+			usleep(2000);
+		size_t ask = 1 + (step++ * 7919u) % 4000;
+		if (ask > sizeof(b) - have)
+			ask = sizeof(b) - have;
+		ssize_t r = read(c->fd, b + have, ask);
+		if (r == -1 && errno == EINTR)
+			continue;
+		CHECK(r > 0);
+		have += (size_t)r;
+		size_t off = 0;
+		for (; have - off >= REC; off += REC) {
+			uint32_t who, seq;
+			memcpy(&who, b + off, 4);
+			memcpy(&seq, b + off + 4, 4);
+			CHECK(who >= 1 && who <= WRITERS);
+			CHECK_EQ(seq, next[who]);
+			put_rec(want, who, seq);
+			CHECK_EQ(memcmp(b + off, want, REC), 0);
+			next[who]++;
+			all++;
+		}
+		memmove(b, b + off, have - off);
+		have -= off;
+	}
+	CHECK_EQ(have, 0);
+	ctl_post(c, 'k');
+}
+
 /* ---- main ---------------------------------------------------------------------------------- */
 
 struct fc_case {
@@ -853,7 +943,8 @@ static const struct fc_case cases[] = {
     CASE(poll_hup),	  CASE(epoll_hup),
     CASE(epoll_et_read),  CASE(epoll_et_write),	 CASE(epoll_oneshot),
     CASE(read_later),	  CASE(peek),		 CASE(waitall),		CASE(iov),
-    CASE(sendmsg1),	  CASE(big_send),	 CASE(fionread),	{NULL, NULL, NULL},
+    CASE(sendmsg1),	  CASE(big_send),	 CASE(fionread),	CASE(threads_records),
+    {NULL, NULL, NULL},
 };
 
 static int listen_on(const char *addr, int port)

@@ -2,7 +2,8 @@
 section 9): readiness (poll, select, epoll level- and edge-triggered and one-shot, with
 kernel descriptors in the same set), the seeds' tools (ulsock-bench, ulflow) across two
 hosts, libfabric loaded only by processes that use it, and odd call shapes (peek,
-MSG_WAITALL, many iovecs, 1-byte sendmsg, one 4 MiB send, FIONREAD).
+MSG_WAITALL, many iovecs, 1-byte sendmsg, one 4 MiB send, FIONREAD, two threads sending
+small records at once).
 
 Two network namespaces joined by a veth pair stand for the hosts (fabric_hosts.Hosts),
 with fabricd in the server's.  Both ends always run under ulsock, and every connection
@@ -37,7 +38,7 @@ CASES_READY = [f"{m}_{c}" for m in ("poll", "select", "epoll")
                for c in ("later", "full", "eof_shut", "eof_close")] + [
     "epoll_et_read", "epoll_et_write", "epoll_oneshot", "read_later"]
 CASES_HUP = ["poll_hup", "epoll_hup"]
-CASES_DATA = ["peek", "waitall", "iov", "sendmsg1", "big_send", "fionread"]
+CASES_DATA = ["peek", "waitall", "iov", "sendmsg1", "big_send", "fionread", "threads_records"]
 
 pytestmark = pytest.mark.skipif(PLAIN, reason="ULSOCK_TEST_PLAIN=1: the fabric needs ulsock")
 
@@ -137,8 +138,9 @@ def test_call_shapes(hosts, case):
     """Byte-exact streams through odd call shapes on the fabric: MSG_PEEK (across fabric
     messages, then reads of the same bytes), MSG_WAITALL of 1 MiB (four connection windows)
     over 1,000-byte sends, readv/writev of 1,024 uneven iovecs each way, 20,000 one-byte
-    sendmsg calls, one blocking 4 MiB send() read back in small reads, and FIONREAD equal to
-    what the next read returns (1 byte to 100,000)."""
+    sendmsg calls, one blocking 4 MiB send() read back in small reads, FIONREAD equal to
+    what the next read returns (1 byte to 100,000), and two threads' 3,000-byte records, each
+    whole and in order."""
     server, client = run_pair(hosts, case)
     check_on_fabric(server, client, hosts.port)
 

@@ -687,6 +687,29 @@ static ssize_t send_fabric(struct uls_conn *c, struct fab_conn *f, int fd,
 	return n;
 }
 
+/*
+ * May a blocking send put out its next piece (fab.mu held)? Only where the window has
+ * room for the rest of the message, or for half the window (at most FAB_SEND_PIECE): a
+ * send that waits between two pieces lets another thread's message in, and kernel TCP
+ * does not cut a small write for another's (as on the ring: shm/io.c, send_piece). Where
+ * both write, a piece short of FAB_OFFER_MIN goes as DATA, within FAB_DATA_WINDOW. Each
+ * window reopens by half at a time (copy_out), so the room always comes.
+ */
+#define FAB_SEND_PIECE (64u << 10)
+
+static int send_fits(const struct fab_conn *f, size_t rest)
+{
+	size_t out = (size_t)(f->tx_fab - f->tx_ret);
+	size_t piece = f->peer_window / 2 < FAB_SEND_PIECE ? f->peer_window / 2 : FAB_SEND_PIECE;
+	size_t want = rest < piece ? rest : piece;
+
+	if (out > f->peer_window || f->peer_window - out < want)
+		return 0;
+	if (f->writes && want < FAB_OFFER_MIN)
+		return out <= FAB_DATA_WINDOW && FAB_DATA_WINDOW - out >= want;
+	return 1;
+}
+
 static ssize_t send_waits(struct uls_conn *c, struct fab_conn *f, int fd,
 			  const struct iovec *iov, int iovcnt, int flags, struct call_wait *w)
 {
@@ -725,7 +748,7 @@ static ssize_t send_waits(struct uls_conn *c, struct fab_conn *f, int fd,
 				break;
 			return uls_kernel_transport.send(c, fd, iov, iovcnt, flags);
 		}
-		while (sent < total) {
+		while (sent < total && (nonblock || send_fits(f, total - sent))) {
 			size_t room = f->peer_window - (size_t)(f->tx_fab - f->tx_ret);
 			size_t n = total - sent < room ? total - sent : room;
 			/* Long: offered for the peer to read (9.6, AVAIL), or written into its

@@ -651,13 +651,22 @@ static int peer_stopped_reading(struct uls_conn *c)
 	       (atomic_load(&s->peer->state) & ULS_SIDE_CLOSED);
 }
 
-static int tx_ready(struct uls_conn *c)
+/* How many free bytes a waiting send of this thread needs on the ring (ring_send). */
+static __thread int64_t tx_need __attribute__((tls_model("initial-exec"))) = 1;
+
+static int tx_room(struct uls_conn *c, int64_t need)
 {
 	struct uls_shm_conn *s = shm_of(c);
 	uint64_t tail = atomic_load_explicit(&s->tx->sh->prod.tail, memory_order_relaxed);
+	int64_t room = uls_ring_writable(s->tx, tail);
 
-	return uls_ring_writable(s->tx, tail) != 0 || peer_stopped_reading(c) ||
+	return room < 0 || room >= need || peer_stopped_reading(c) ||
 	       atomic_load(&c->peer_gone) || atomic_load(&c->broken);
+}
+
+static int tx_ready(struct uls_conn *c)
+{
+	return tx_room(c, tx_need);
 }
 
 /*
@@ -745,8 +754,11 @@ static int wait_rx(struct uls_conn *c, int fd, uint64_t deadline)
 	return wait_rung(c, fd, deadline, 1, bound, bell, bounded);
 }
 
-/* Sleeps until the send ring may have space. Returns 0, -EINTR or -EAGAIN (timeout). */
-static int wait_tx(struct uls_conn *c, int fd, uint64_t deadline, int *backoff_ms)
+/*
+ * Sleeps until the send ring may have `need` free bytes. Returns 0, -EINTR or -EAGAIN
+ * (timeout).
+ */
+static int wait_tx_room(struct uls_conn *c, int fd, uint64_t deadline, int *backoff_ms)
 {
 	struct uls_shm_conn *s = shm_of(c);
 	if (spin_until(c, fd, deadline, tx_ready))
@@ -778,6 +790,15 @@ static int wait_tx(struct uls_conn *c, int fd, uint64_t deadline, int *backoff_m
 		return 0;
 	}
 	return wait_rung(c, fd, deadline, 1, bound, bell, bounded);
+}
+
+static int wait_tx(struct uls_conn *c, int fd, uint64_t deadline, int *backoff_ms,
+		   int64_t need)
+{
+	tx_need = need;
+	int r = wait_tx_room(c, fd, deadline, backoff_ms);
+	tx_need = 1;
+	return r;
 }
 
 /*
@@ -885,6 +906,24 @@ static int iov_window(const struct iovec *iov, int iovcnt, size_t skip, struct i
 	return k;
 }
 
+/*
+ * The smallest piece of a message a blocking send puts on the ring, unless the rest of
+ * the message is smaller: half the ring, at most SEND_PIECE_MAX. Between two pieces the
+ * call waits with the direction unlocked, and another thread or process sending on the
+ * same socket may put its own message there. Kernel TCP copies a small write whole into
+ * any room its send buffer has, so writers that share a socket never see a small message
+ * of theirs cut by another's; neither do they here. A non-blocking send takes what room
+ * there is, as TCP may.
+ */
+#define SEND_PIECE_MAX (64u << 10)
+
+static int64_t send_piece(const struct uls_shm_conn *s, size_t rest)
+{
+	uint64_t piece = s->tx->size / 2 < SEND_PIECE_MAX ? s->tx->size / 2 : SEND_PIECE_MAX;
+
+	return (int64_t)(rest < piece ? rest : piece);
+}
+
 static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, int iovcnt,
 			 size_t total, int flags)
 {
@@ -916,7 +955,14 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 				uls_conn_broken(c, fd, "consumer position out of range");
 			continue;
 		}
-		if (space > 0) {
+		int64_t need = 1;
+		if ((uint64_t)space < total - done) {
+			/* Too little room for the next piece: a blocking send waits for more. */
+			int64_t piece = send_piece(s, total - done);
+			if (space < piece && !nonblock && !nonblock_now(c, fd, flags, nonblock))
+				need = piece;
+		}
+		if (space >= need) {
 			size_t n = total - done < (uint64_t)space ? total - done : (size_t)space;
 			uls_ring_copy_in(s->tx, tail, iov, iovcnt, done, n);
 			/* Release: the consumer sees the bytes before it sees the new tail. */
@@ -958,7 +1004,7 @@ static ssize_t ring_send(struct uls_conn *c, int fd, const struct iovec *iov, in
 		if (atomic_load(&c->closed))
 			return done ? (ssize_t)done : -EBADF;
 		dir_unlock(c, TXL);
-		int r = wait_tx(c, fd, deadline, &backoff);
+		int r = wait_tx(c, fd, deadline, &backoff, need);
 		dir_lock(c, TXL);
 		if (r < 0)
 			return done ? (ssize_t)done : r;
@@ -1558,7 +1604,7 @@ int uls_shm_ready(struct uls_conn *c, int events)
 	}
 	if (atomic_load(&c->shut_rd))
 		r |= POLLIN | POLLRDHUP;
-	if (!(parts & ULS_KERNEL_TX) && tx_ready(c))
+	if (!(parts & ULS_KERNEL_TX) && tx_room(c, 1))
 		r |= POLLOUT;
 	if (atomic_load(&c->shut_wr) && (r & POLLRDHUP))
 		r |= POLLHUP;
