@@ -14,8 +14,9 @@
  * stops and sleeps until it is woken, and the thread does not spin again for a short
  * while (BACKOFF_NS, doubled each time contention comes back soon after), after which it
  * tries once more. And a thread whose bounded spins keep running out before their event
- * (it comes only later, so the spin bought nothing) spins on fewer and fewer of its
- * waits, down to one in 64, until one of those spins ends with its event.
+ * (it comes only later, so the spin bought nothing) while the machine has more runnable
+ * threads than CPUs spins on fewer and fewer of its waits, down to one in 64, until one
+ * of those spins ends with its event.
  */
 #ifndef ULS_SPIN_H
 #define ULS_SPIN_H
@@ -53,5 +54,8 @@ struct uls_spin_learned {
 void uls_spin_learned(struct uls_spin_learned *out);
 /* Forgets it (a new thread's state). */
 void uls_spin_forget(void);
+/* For the unit test: run-outs are judged as on a machine that is crowded (1) or not (0),
+ * whatever /proc/loadavg says; -1 asks it again. */
+void uls_spin_assume_crowded(int crowded);
 
 #endif
