@@ -696,6 +696,43 @@ static void case_rcvlowat_recv(CALLS_ARGS)
 }
 
 /*
+ * SO_RCVLOWAT of 1.5 MiB, more than ulsock's ring holds (1 MiB by default; the kernel
+ * grows its receive buffer to match, up to half of tcp_rmem's maximum, and keeps the
+ * mark it stored): once the peer sent that much, poll, select and epoll report the socket
+ * readable, and the bytes are all there, in order. ulsock reports it readable once its
+ * ring holds as much as a sender can put there (shm/io.c, rx_poll_ready).
+ */
+static void case_rcvlowat_big(CALLS_ARGS)
+{
+	struct calls_pair p;
+	int mark = 3 << 19, got = 0;
+	socklen_t len = sizeof(got);
+
+	calls_pair_open(&p, AF_INET);
+	if (p.child == 0) {
+		char c;
+		calls_read_exact(p.fd, &c, 1);
+		calls_send_pat(p.fd, 0, (size_t)(c == 'b' ? mark : 1 << 16), 41);
+		calls_expect_eof(p.fd);
+		calls_pair_close(&p);
+	}
+	CHECK(setsockopt(p.fd, SOL_SOCKET, SO_RCVLOWAT, &mark, sizeof(mark)) == 0);
+	CHECK(getsockopt(p.fd, SOL_SOCKET, SO_RCVLOWAT, &got, &len) == 0);
+	/* A kernel whose tcp_rmem caps the mark lower: the case shrinks to a small one. */
+	if (got != mark)
+		mark = 1 << 16;
+	CHECK(setsockopt(p.fd, SOL_SOCKET, SO_RCVLOWAT, &mark, sizeof(mark)) == 0);
+	int lt = ep_make(p.fd, EPOLLIN);
+	calls_write_all(p.fd, mark == 1 << 16 ? "s" : "b", 1);
+	CHECK_EQ(calls_wait_for(p.fd, POLLIN, 10000), POLLIN);
+	CHECK_EQ(select_readable(p.fd, 0), 1);
+	CHECK_EQ(epoll_count(lt, 0), 1);
+	calls_recv_pat(p.fd, 0, (size_t)mark, 41);
+	close(lt);
+	calls_pair_close(&p);
+}
+
+/*
  * The low-water options themselves, on a connected socket: SO_RCVLOWAT is 1 by default and 0
  * stores 1; SO_SNDLOWAT reads 1 and cannot be set on Linux (ENOPROTOOPT), staying 1.
  */
@@ -1016,6 +1053,7 @@ static const struct calls_case cases[] = {
 	{"async_unread", case_async_unread},
 	{"rcvlowat", case_rcvlowat},
 	{"rcvlowat_recv", case_rcvlowat_recv},
+	{"rcvlowat_big", case_rcvlowat_big},
 	{"lowat_opts", case_lowat_opts},
 	{"send_after_close", case_send_after_close},
 	{"reset_then_send", case_reset_then_send},

@@ -31,6 +31,8 @@ CASES = {
                 "200 ms; 5 more: readable everywhere, recv returns 10",
     "rcvlowat_recv": "SO_RCVLOWAT 10: blocking recv never returns the first 5 alone; DONTWAIT "
                      "returns 5; SO_RCVTIMEO ends the wait with 5; EOF with 3 is readable",
+    "rcvlowat_big": "SO_RCVLOWAT 1.5 MiB, above the ring's size: the peer's 1.5 MiB make poll, "
+                    "select and epoll report readable, every byte in order",
     "lowat_opts": "SO_RCVLOWAT default 1, 0 stores 1; SO_SNDLOWAT reads 1, set fails ENOPROTOOPT",
     "send_after_close": "peer closed (FIN): first send accepted whole; after the RST POLLERR|"
                         "POLLHUP, recv 0, send EPIPE (SIGPIPE unless MSG_NOSIGNAL)",

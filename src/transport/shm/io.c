@@ -630,14 +630,32 @@ static int rx_ready(struct uls_conn *c)
 	       atomic_load(&c->peer_gone) || atomic_load(&c->broken);
 }
 
-/* POLLIN for poll and epoll: SO_RCVLOWAT bytes, or the end of the stream, or an error. */
+/*
+ * The smallest piece of a message a blocking send puts on a ring, unless the rest of the
+ * message is smaller: half the ring, at most SEND_PIECE_MAX (ring_send, send_piece).
+ */
+#define SEND_PIECE_MAX (64u << 10)
+
+static uint64_t ring_piece(const struct uls_ring *r)
+{
+	return r->size / 2 < SEND_PIECE_MAX ? r->size / 2 : SEND_PIECE_MAX;
+}
+
+/*
+ * POLLIN for poll and epoll: SO_RCVLOWAT bytes, or the end of the stream, or an error.
+ * The kernel grows its receive buffer to hold the mark; the ring cannot grow, so a mark
+ * above what a blocking sender fills it to (all but one piece) counts as that.
+ */
 static int rx_poll_ready(struct uls_conn *c)
 {
 	struct uls_shm_conn *s = shm_of(c);
 	uint64_t head = atomic_load_explicit(&s->rx->sh->cons.head, memory_order_relaxed);
 	int64_t avail = uls_ring_readable(s->rx, head);
-	int lowat = atomic_load_explicit(&c->rcvlowat, memory_order_relaxed);
+	int64_t lowat = atomic_load_explicit(&c->rcvlowat, memory_order_relaxed);
+	int64_t full = (int64_t)(s->rx->size - ring_piece(s->rx));
 
+	if (lowat > full)
+		lowat = full;
 	if (avail != 0 && (avail < 0 || avail >= (lowat > 1 ? lowat : 1)))
 		return 1;
 	return atomic_load(&s->rx->sh->prod.eof) || atomic_load(&c->peer_gone) ||
@@ -907,19 +925,16 @@ static int iov_window(const struct iovec *iov, int iovcnt, size_t skip, struct i
 }
 
 /*
- * The smallest piece of a message a blocking send puts on the ring, unless the rest of
- * the message is smaller: half the ring, at most SEND_PIECE_MAX. Between two pieces the
- * call waits with the direction unlocked, and another thread or process sending on the
- * same socket may put its own message there. Kernel TCP copies a small write whole into
- * any room its send buffer has, so writers that share a socket never see a small message
- * of theirs cut by another's; neither do they here. A non-blocking send takes what room
- * there is, as TCP may.
+ * How much room a blocking send waits for before it puts out the next piece of its
+ * message: the rest, or ring_piece. Between two pieces the call waits with the direction
+ * unlocked, and another thread or process sending on the same socket may put its own
+ * message there. Kernel TCP copies a small write whole into any room its send buffer has,
+ * so writers that share a socket never see a small message of theirs cut by another's;
+ * neither do they here. A non-blocking send takes what room there is, as TCP may.
  */
-#define SEND_PIECE_MAX (64u << 10)
-
 static int64_t send_piece(const struct uls_shm_conn *s, size_t rest)
 {
-	uint64_t piece = s->tx->size / 2 < SEND_PIECE_MAX ? s->tx->size / 2 : SEND_PIECE_MAX;
+	uint64_t piece = ring_piece(s->tx);
 
 	return (int64_t)(rest < piece ? rest : piece);
 }
