@@ -839,6 +839,58 @@ static void fionread_srv(struct fc *c)
 }
 
 /*
+ * SO_RCVLOWAT 10 on the fabric: with 5 bytes there (FIONREAD says so) poll and epoll
+ * report nothing readable for 200 ms and a non-blocking recv returns the 5; with 5 more
+ * sent, then a blocking recv(100) started with 5 there returns once 10 or more came, never
+ * the 5 alone (the peer sends its second 5 only when the receiver is about to block).
+ */
+static void rcvlowat_cli(struct fc *c)
+{
+	ctl_await(c, 'a');
+	calls_write_all(c->fd, "abcde", 5);
+	ctl_await(c, 'b');
+	calls_write_all(c->fd, "fghij", 5);
+	ctl_await(c, 'c');
+	calls_write_all(c->fd, "klmno", 5);
+	ctl_await(c, 'd');
+	calls_sleep_ms(100);
+	calls_write_all(c->fd, "pqrstuvwxy", 10);
+	ctl_await(c, 'k');
+}
+
+static void rcvlowat_srv(struct fc *c)
+{
+	int v = 10, ep = epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event ev = {.events = EPOLLIN}, out;
+	char buf[100];
+
+	CHECK(ep >= 0);
+	CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev) == 0);
+	CHECK(setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v)) == 0);
+	ctl_post(c, 'a');
+	CHECK_EQ(calls_wait_fionread(c->fd, 5, WAIT_MS), 5);
+	CHECK_EQ(calls_wait_for(c->fd, POLLIN, 200), 0);
+	CHECK_EQ(epoll_wait(ep, &out, 1, 0), 0);
+	ctl_post(c, 'b');
+	CHECK_EQ(calls_wait_for(c->fd, POLLIN, WAIT_MS), POLLIN);
+	CHECK_EQ(epoll_wait(ep, &out, 1, 0), 1);
+	CHECK_EQ(recv(c->fd, buf, sizeof(buf), 0), 10);
+	CHECK_EQ(memcmp(buf, "abcdefghij", 10), 0);
+	ctl_post(c, 'c');
+	CHECK_EQ(calls_wait_fionread(c->fd, 5, WAIT_MS), 5);
+	ctl_post(c, 'd');
+	ssize_t r = recv(c->fd, buf, sizeof(buf), 0);
+	CHECK(r >= 10);
+	if (r < 15)
+		calls_read_exact(c->fd, buf + r, (size_t)(15 - r));
+	CHECK_EQ(memcmp(buf, "klmnopqrstuvwxy", 15), 0);
+	v = 1;
+	CHECK(setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v)) == 0);
+	close(ep);
+	ctl_post(c, 'k');
+}
+
+/*
  * Four threads send records of 3,000 bytes (writer id, sequence, then bytes derived from
  * both) on the one connection with blocking sends; the peer reads them in uneven pieces
  * (1 to 4,000 bytes) with pauses, so the window fills and a sender seldom finds room for
@@ -943,7 +995,7 @@ static const struct fc_case cases[] = {
     CASE(poll_hup),	  CASE(epoll_hup),
     CASE(epoll_et_read),  CASE(epoll_et_write),	 CASE(epoll_oneshot),
     CASE(read_later),	  CASE(peek),		 CASE(waitall),		CASE(iov),
-    CASE(sendmsg1),	  CASE(big_send),	 CASE(fionread),	CASE(threads_records),
+    CASE(sendmsg1),	  CASE(big_send),	 CASE(fionread),	CASE(threads_records), CASE(rcvlowat),
     {NULL, NULL, NULL},
 };
 

@@ -2,8 +2,8 @@
 section 9): readiness (poll, select, epoll level- and edge-triggered and one-shot, with
 kernel descriptors in the same set), the seeds' tools (ulsock-bench, ulflow) across two
 hosts, libfabric loaded only by processes that use it, and odd call shapes (peek,
-MSG_WAITALL, many iovecs, 1-byte sendmsg, one 4 MiB send, FIONREAD, two threads sending
-small records at once).
+MSG_WAITALL, many iovecs, 1-byte sendmsg, one 4 MiB send, FIONREAD, four threads sending
+records at once, SO_RCVLOWAT).
 
 Two network namespaces joined by a veth pair stand for the hosts (fabric_hosts.Hosts),
 with fabricd in the server's.  Both ends always run under ulsock, and every connection
@@ -38,7 +38,8 @@ CASES_READY = [f"{m}_{c}" for m in ("poll", "select", "epoll")
                for c in ("later", "full", "eof_shut", "eof_close")] + [
     "epoll_et_read", "epoll_et_write", "epoll_oneshot", "read_later"]
 CASES_HUP = ["poll_hup", "epoll_hup"]
-CASES_DATA = ["peek", "waitall", "iov", "sendmsg1", "big_send", "fionread", "threads_records"]
+CASES_DATA = ["peek", "waitall", "iov", "sendmsg1", "big_send", "fionread", "threads_records",
+              "rcvlowat"]
 
 pytestmark = pytest.mark.skipif(PLAIN, reason="ULSOCK_TEST_PLAIN=1: the fabric needs ulsock")
 
@@ -139,8 +140,8 @@ def test_call_shapes(hosts, case):
     messages, then reads of the same bytes), MSG_WAITALL of 1 MiB (four connection windows)
     over 1,000-byte sends, readv/writev of 1,024 uneven iovecs each way, 20,000 one-byte
     sendmsg calls, one blocking 4 MiB send() read back in small reads, FIONREAD equal to
-    what the next read returns (1 byte to 100,000), and two threads' 3,000-byte records, each
-    whole and in order."""
+    what the next read returns (1 byte to 100,000), four threads' 3,000-byte records, each
+    whole and in order, and SO_RCVLOWAT 10 in readiness and in a blocking recv."""
     server, client = run_pair(hosts, case)
     check_on_fabric(server, client, hosts.port)
 
@@ -157,7 +158,7 @@ def test_bulk_slots(uls, netns, case):
 
 @pytest.mark.parametrize("case", ["poll_later", "select_later", "epoll_later", "read_later",
                                   "epoll_oneshot", "poll_full", "epoll_et_write", "waitall",
-                                  "big_send"])
+                                  "big_send", "rcvlowat"])
 def test_wakeups_without_wait_fd(uls, netns, case):
     """On shm, whose completion queue has no wait descriptor, with the efficient profile
     (no spin: every wait sleeps): a sleeper sends SLEEP and the peer answers with one byte

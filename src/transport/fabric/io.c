@@ -524,7 +524,12 @@ static ssize_t recv_waits(struct uls_conn *c, struct fab_conn *f, int fd, struct
 			  int flags, struct call_wait *w)
 {
 	size_t total = iov_total(msg->msg_iov, msg->msg_iovlen), done = 0;
-	size_t target = (flags & MSG_WAITALL) && !(flags & MSG_PEEK) ? total : 1;
+	/* A blocking receive returns once it has SO_RCVLOWAT bytes, as the kernel's does. */
+	int lowat = atomic_load_explicit(&c->rcvlowat, memory_order_relaxed);
+	size_t target = (flags & MSG_WAITALL) && !(flags & MSG_PEEK) ? total
+			: lowat > 1 && (size_t)lowat < total	       ? (size_t)lowat
+			: lowat > 1				       ? total
+								       : 1;
 	int nonblock = (flags & MSG_DONTWAIT) || atomic_load(&c->nonblock);
 	uint64_t deadline = deadline_of(c->rcvtimeo_ns), tcp_end_at = 0;
 	ssize_t n;
@@ -593,7 +598,7 @@ static ssize_t recv_waits(struct uls_conn *c, struct fab_conn *f, int fd, struct
 				return n;
 			}
 		}
-		if (done && !(flags & MSG_WAITALL))
+		if (done && !(flags & MSG_WAITALL) && done >= target)
 			break;
 		if (nonblock)
 			return done ? (ssize_t)done : -EAGAIN;
@@ -952,6 +957,24 @@ static int fab_kernel_parts(struct uls_conn *c)
 	return parts;
 }
 
+/*
+ * Bytes on the fabric that make the connection readable: SO_RCVLOWAT, but no more than
+ * a blocking sender fills the window to (all but one piece, send_fits; within
+ * FAB_DATA_WINDOW where both write and its short messages go as DATA). The kernel grows
+ * its receive buffer to the mark; the window cannot grow. (fab.mu held)
+ */
+static uint64_t rx_mark(struct uls_conn *c, const struct fab_conn *f)
+{
+	int lowat = atomic_load_explicit(&c->rcvlowat, memory_order_relaxed);
+	uint64_t window = f->writes && f->rx_window > FAB_DATA_WINDOW ? FAB_DATA_WINDOW
+								      : f->rx_window;
+	uint64_t full = window - (window / 2 < FAB_SEND_PIECE ? window / 2 : FAB_SEND_PIECE);
+
+	if (lowat <= 1)
+		return 1;
+	return (uint64_t)lowat < full ? (uint64_t)lowat : full;
+}
+
 static int fab_ready(struct uls_conn *c, int events)
 {
 	struct fab_conn *f = fab_of(c);
@@ -969,7 +992,7 @@ static int fab_ready(struct uls_conn *c, int events)
 	pthread_mutex_lock(&fab.mu);
 	fab_progress();
 	if (rx_on_fabric(f)) {
-		if (f->rx_in > f->rx_out || f->fin || f->err || f->tcp_end)
+		if (f->rx_in - f->rx_out >= rx_mark(c, f) || f->fin || f->err || f->tcp_end)
 			r |= POLLIN;
 		if (f->fin || f->tcp_end)
 			r |= POLLRDHUP;
