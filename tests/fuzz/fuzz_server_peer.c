@@ -394,8 +394,12 @@ static void srv_attach(struct fzc *f)
 {
 	if (f->attached)
 		return;
-	/* A server that sent data on TCP runs without ulsock: its attach now is a lie. */
-	if (f->plain)
+	/*
+	 * A server that sent data or its FIN on TCP runs without ulsock (a ulsock server
+	 * attaches in accept, before the program holds the socket): its attach now is a lie,
+	 * and the client, which took the TCP bytes or end as a plain peer's, reads TCP only.
+	 */
+	if (f->plain || f->s_fin)
 		f->honest = 0;
 	f->attached = 1;
 	atomic_store(word32(f, SRV(pid)), (uint32_t)getpid());
