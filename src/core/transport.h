@@ -40,6 +40,24 @@
 
 struct uls_conn;
 
+/*
+ * The smallest piece of a message a blocking send puts out on a window of `window` bytes
+ * (a ring, the peer's fabric window), unless the rest of the message is smaller: half the
+ * window, at most ULS_SEND_PIECE_MAX. Between two pieces the send waits with its
+ * direction unlocked, and another thread or process sending on the same socket may put
+ * its own message there: kernel TCP copies a small write whole into any room its send
+ * buffer has, so writers that share a socket never see a small message of theirs cut by
+ * another's, and neither do they on a window. Receivers count on it too: a blocking
+ * sender fills the window to all but one piece, so an SO_RCVLOWAT above that counts as
+ * that (or the mark would never be reached).
+ */
+#define ULS_SEND_PIECE_MAX (64u << 10)
+
+static inline uint64_t uls_send_piece(uint64_t window)
+{
+	return window / 2 < ULS_SEND_PIECE_MAX ? window / 2 : ULS_SEND_PIECE_MAX;
+}
+
 /* The room for a transport's own state in each connection (struct uls_conn, tp_state). */
 #define ULS_TP_STATE_SIZE 256
 

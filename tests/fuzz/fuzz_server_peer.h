@@ -43,6 +43,7 @@ struct fzc {
 	uint64_t s_tcp;  /* TCP bytes the server sent (data and wake-ups) */
 	int c_fin;       /* the server read the client's FIN */
 	int s_reset;     /* it closed with C2S bytes unread: a reset */
+	int s_closed;    /* it closed: it reads nothing more, the kernel drops what comes */
 	/* The client: bytes its receives returned, bytes it sent; its shutdown, revert. */
 	uint64_t c_got, c_sent;
 	int shut_rd, reverted;

@@ -111,6 +111,88 @@ static void case_shut_rdwr(CALLS_ARGS)
 }
 
 /*
+ * SHUT_RD does not drop data on Linux: what was queued before it and what the peer sends
+ * after it are still delivered; only a receive that finds nothing returns 0 at once.
+ */
+static void case_shut_rd_then_data(CALLS_ARGS)
+{
+	char buf[64];
+	struct calls_pair p;
+
+	calls_pair_open(&p, AF_INET);
+	if (p.child == 0) {
+		calls_send_pat(p.fd, 0, 1000, SEED_UP);
+		CHECK_EQ(calls_await(&p), 'r');
+		calls_send_pat(p.fd, 1000, 3000, SEED_UP);
+		calls_post(&p, 's');
+		calls_recv_pat(p.fd, 0, 5000, SEED_DOWN);
+		calls_pair_close(&p);
+	}
+	/* The first bytes are queued (or on the ring) before the shutdown. */
+	CHECK(calls_wait_for(p.fd, POLLIN, 5000) & POLLIN);
+	usleep(20000);
+	CHECK(shutdown(p.fd, SHUT_RD) == 0);
+	calls_post(&p, 'r');
+	CHECK_EQ(calls_await(&p), 's');
+	/* Every byte comes (Nagle may hold the last ones a little: a receive that finds
+	 * nothing returns 0 meanwhile, and the loop tries again). */
+	static unsigned char want[4000], got[4000];
+	size_t have = 0;
+	calls_pat_fill(want, 0, sizeof(want), SEED_UP);
+	for (long long t1 = calls_now_ms(); have < sizeof(got) && calls_now_ms() - t1 < 5000;) {
+		ssize_t n = recv(p.fd, got + have, sizeof(got) - have, 0);
+		CHECK(n >= 0);
+		if (n == 0)
+			usleep(1000);
+		have += (size_t)n;
+	}
+	CHECK_EQ(have, sizeof(got));
+	CHECK(memcmp(got, want, sizeof(got)) == 0);
+	short ev = calls_wait_for(p.fd, POLLIN | POLLRDHUP, 0);
+	CHECK(ev & POLLIN);
+	CHECK(ev & POLLRDHUP);
+	long long t0 = calls_now_ms();
+	CHECK_EQ(recv(p.fd, buf, sizeof(buf), 0), 0);
+	CHECK(calls_now_ms() - t0 < 2000);
+	calls_send_pat(p.fd, 0, 5000, SEED_DOWN);
+	calls_pair_close(&p);
+}
+
+/*
+ * SHUT_RDWR, then the peer sends: Linux answers data that comes after a socket shut both
+ * ways with a reset, so the next receive reports ECONNRESET, once, and the stream ends
+ * (0) from then on. The peer, which read our FIN, sees the reset on its own next calls.
+ */
+static void case_shut_rdwr_then_data(CALLS_ARGS)
+{
+	char buf[64];
+	struct calls_pair p;
+
+	calls_pair_open(&p, AF_INET);
+	if (p.child == 0) {
+		calls_expect_eof(p.fd);
+		CHECK_EQ(send(p.fd, buf, sizeof(buf), MSG_NOSIGNAL), (ssize_t)sizeof(buf));
+		/* The reset is back when poll says the socket is hung up (it is readable, at
+		 * its end, from the FIN on). */
+		short ev = 0;
+		for (int i = 0; i < 500 && !(ev & (POLLERR | POLLHUP)); i++) {
+			ev = calls_wait_for(p.fd, POLLIN, 0);
+			if (!(ev & (POLLERR | POLLHUP)))
+				usleep(10000);
+		}
+		CHECK(ev & (POLLERR | POLLHUP));
+		calls_post(&p, 's');
+		calls_pair_close(&p);
+	}
+	CHECK(shutdown(p.fd, SHUT_RDWR) == 0);
+	CHECK_EQ(calls_await(&p), 's');
+	CHECK_ERR(recv(p.fd, buf, sizeof(buf), 0), ECONNRESET);
+	CHECK_EQ(recv(p.fd, buf, sizeof(buf), 0), 0);
+	CHECK_EQ(read(p.fd, buf, sizeof(buf)), 0);
+	calls_pair_close(&p);
+}
+
+/*
  * close() with the buffers full (the peer has not read anything yet): the peer still gets
  * every byte that send accepted, then EOF.
  */
@@ -303,6 +385,8 @@ static const struct calls_case cases[] = {
 	{"shut_wr", case_shut_wr},
 	{"shut_rd", case_shut_rd},
 	{"shut_rdwr", case_shut_rdwr},
+	{"shut_rd_then_data", case_shut_rd_then_data},
+	{"shut_rdwr_then_data", case_shut_rdwr_then_data},
 	{"close_flush", case_close_flush},
 	{"shutdown_wakes_recv", case_shutdown_wakes_recv},
 	{"shutdown_wakes_send", case_shutdown_wakes_send},

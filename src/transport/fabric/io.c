@@ -694,18 +694,15 @@ static ssize_t send_fabric(struct uls_conn *c, struct fab_conn *f, int fd,
 
 /*
  * May a blocking send put out its next piece (fab.mu held)? Only where the window has
- * room for the rest of the message, or for half the window (at most FAB_SEND_PIECE): a
- * send that waits between two pieces lets another thread's message in, and kernel TCP
- * does not cut a small write for another's (as on the ring: shm/io.c, send_piece). Where
- * both write, a piece short of FAB_OFFER_MIN goes as DATA, within FAB_DATA_WINDOW. Each
+ * room for the rest of the message, or for one piece (uls_send_piece, core/transport.h:
+ * a send that waits between two pieces lets another thread's message in). Where both
+ * write, a piece short of FAB_OFFER_MIN goes as DATA, within FAB_DATA_WINDOW. Each
  * window reopens by half at a time (copy_out), so the room always comes.
  */
-#define FAB_SEND_PIECE (64u << 10)
-
 static int send_fits(const struct fab_conn *f, size_t rest)
 {
 	size_t out = (size_t)(f->tx_fab - f->tx_ret);
-	size_t piece = f->peer_window / 2 < FAB_SEND_PIECE ? f->peer_window / 2 : FAB_SEND_PIECE;
+	size_t piece = (size_t)uls_send_piece(f->peer_window);
 	size_t want = rest < piece ? rest : piece;
 
 	if (out > f->peer_window || f->peer_window - out < want)
@@ -968,7 +965,7 @@ static uint64_t rx_mark(struct uls_conn *c, const struct fab_conn *f)
 	int lowat = atomic_load_explicit(&c->rcvlowat, memory_order_relaxed);
 	uint64_t window = f->writes && f->rx_window > FAB_DATA_WINDOW ? FAB_DATA_WINDOW
 								      : f->rx_window;
-	uint64_t full = window - (window / 2 < FAB_SEND_PIECE ? window / 2 : FAB_SEND_PIECE);
+	uint64_t full = window - uls_send_piece(window);
 
 	if (lowat <= 1)
 		return 1;

@@ -631,17 +631,6 @@ static int rx_ready(struct uls_conn *c)
 }
 
 /*
- * The smallest piece of a message a blocking send puts on a ring, unless the rest of the
- * message is smaller: half the ring, at most SEND_PIECE_MAX (ring_send, send_piece).
- */
-#define SEND_PIECE_MAX (64u << 10)
-
-static uint64_t ring_piece(const struct uls_ring *r)
-{
-	return r->size / 2 < SEND_PIECE_MAX ? r->size / 2 : SEND_PIECE_MAX;
-}
-
-/*
  * POLLIN for poll and epoll: SO_RCVLOWAT bytes, or the end of the stream, or an error.
  * The kernel grows its receive buffer to hold the mark; the ring cannot grow, so a mark
  * above what a blocking sender fills it to (all but one piece) counts as that.
@@ -652,7 +641,7 @@ static int rx_poll_ready(struct uls_conn *c)
 	uint64_t head = atomic_load_explicit(&s->rx->sh->cons.head, memory_order_relaxed);
 	int64_t avail = uls_ring_readable(s->rx, head);
 	int64_t lowat = atomic_load_explicit(&c->rcvlowat, memory_order_relaxed);
-	int64_t full = (int64_t)(s->rx->size - ring_piece(s->rx));
+	int64_t full = (int64_t)(s->rx->size - uls_send_piece(s->rx->size));
 
 	if (lowat > full)
 		lowat = full;
@@ -871,6 +860,18 @@ static ssize_t reset_reported(struct uls_conn *c, int fd)
 }
 
 /*
+ * The peer that stopped reading also sent its FIN on TCP (shutdown(SHUT_RDWR) shuts its
+ * kernel socket down both ways; a ring SHUT_WR sends none): Linux answers data that comes
+ * to a socket shut both ways with a reset.
+ */
+static int peer_shut_both(struct uls_conn *c, int fd)
+{
+	struct pollfd p = {.fd = uls_conn_fd(c, fd), .events = POLLRDHUP};
+
+	return uls_libc.poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/*
  * A send to a peer that stopped reading. One that only shut down reading still takes
  * (and drops) the bytes. One that reset the connection (SO_LINGER {1, 0}, or a close with
  * bytes unread, conn.c) gets ECONNRESET once, as the kernel reports a reset once, and
@@ -890,8 +891,14 @@ static ssize_t send_to_gone_peer(struct uls_conn *c, int fd, const struct iovec 
 			return reset_reported(c, fd);
 		return send_epipe(c, flags);
 	}
-	if (!(peer_state & ULS_SIDE_CLOSED) && !atomic_load(&c->peer_gone))
-		return (ssize_t)total;
+	if (!(peer_state & ULS_SIDE_CLOSED) && !atomic_load(&c->peer_gone)) {
+		if (!peer_shut_both(c, fd))
+			return (ssize_t)total;
+		/* Its kernel resets on these bytes: it reports that once (shut_rd_end), and
+		 * this side, whose reset is coming, is at its end (EPIPE, as the kernel). */
+		atomic_fetch_or(&s->me->state, ULS_SIDE_RESET);
+		note_peer_end(c, EPIPE);
+	}
 	/* The peer says it closed just before its kernel sends the FIN: bytes sent before
 	 * the FIN came would find its socket still open and make it reset, not close. The
 	 * program saw the end of the stream only once the FIN had come on kernel TCP. */
@@ -926,15 +933,12 @@ static int iov_window(const struct iovec *iov, int iovcnt, size_t skip, struct i
 
 /*
  * How much room a blocking send waits for before it puts out the next piece of its
- * message: the rest, or ring_piece. Between two pieces the call waits with the direction
- * unlocked, and another thread or process sending on the same socket may put its own
- * message there. Kernel TCP copies a small write whole into any room its send buffer has,
- * so writers that share a socket never see a small message of theirs cut by another's;
- * neither do they here. A non-blocking send takes what room there is, as TCP may.
+ * message: the rest, or uls_send_piece of the ring (core/transport.h says why). A
+ * non-blocking send takes what room there is, as TCP may.
  */
 static int64_t send_piece(const struct uls_shm_conn *s, size_t rest)
 {
-	uint64_t piece = ring_piece(s->tx);
+	uint64_t piece = uls_send_piece(s->tx->size);
 
 	return (int64_t)(rest < piece ? rest : piece);
 }
@@ -1394,6 +1398,53 @@ static size_t recv_target(struct uls_conn *c, int flags, size_t total)
 }
 
 /*
+ * A receive after shutdown(SHUT_RD): the end of the stream, unless the peer's data came
+ * after a SHUT_RDWR: the kernel answered it with a reset, and a receive reports
+ * ECONNRESET once, as on plain TCP (SO_ERROR takes the error, as the kernel's receive
+ * does). On the rings the peer says so (ULS_SIDE_RESET): the kernel socket carries
+ * wake-ups there too, whose reset is no error of the stream's.
+ */
+static ssize_t shut_rd_end(struct uls_conn *c, int fd)
+{
+	int err = 0;
+	socklen_t len = sizeof(err);
+
+	if (!(uls_shm_kernel_parts(c) & ULS_KERNEL_RX)) {
+		/* The peer's data came after our SHUT_RDWR (send_to_gone_peer). */
+		if ((atomic_load(&shm_of(c)->peer->state) & ULS_SIDE_RESET) &&
+		    !atomic_exchange(&c->reset_seen, 1))
+			return reset_reported(c, fd);
+		return 0;
+	}
+	if (uls_libc.getsockopt(uls_conn_fd(c, fd), SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+		return 0;
+	return err ? -err : 0;
+}
+
+/*
+ * After SHUT_RD Linux still delivers what is queued and what comes later; only a receive
+ * that finds nothing returns 0 at once instead of waiting. Served so where the bytes are
+ * the stream's: on the ring, on TCP after a move back, and a client's TCP data from a
+ * server without ulsock. A server before its client's switch (TCP carries the switch
+ * there) and a receiver whose peer is moving back answer shut_rd_end.
+ */
+static int shut_rd_reads(struct uls_conn *c, int fd)
+{
+	struct uls_shm_conn *s = shm_of(c);
+	char b;
+
+	if (!s->seg.hdr)
+		return 0;
+	/* TCP data: what the kernel holds (its reads would take our own SHUT_RD's end of
+	 * the stream for the peer's). */
+	if (atomic_load(&s->me->rx_back) || (c->role == ULS_CLIENT && !uls_conn_peer_attached(c)))
+		return uls_libc.recv(uls_conn_fd(c, fd), &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+	/* The ring, unless the client has not switched yet or the peer is moving back. */
+	return !(c->role == ULS_SERVER && !rx_token_zone(c)) &&
+	       !atomic_load(&s->peer->tx_reverted);
+}
+
+/*
  * One receive: TCP data before the ring took over, then the ring. MSG_WAITALL goes on
  * across both until the buffer is full, the stream ends, or an error or signal stops it.
  */
@@ -1409,8 +1460,11 @@ static ssize_t conn_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 	ssize_t n;
 
 	msg->msg_flags = 0;
-	if (atomic_load(&c->shut_rd))
-		return 0;
+	if (atomic_load(&c->shut_rd)) {
+		if (!shut_rd_reads(c, fd))
+			return shut_rd_end(c, fd);
+		nonblock = 1;
+	}
 	if (total == 0)
 		return 0;
 	/* A broken connection delivers nothing more, not even bytes already on the ring. */
@@ -1536,6 +1590,22 @@ int uls_shm_shutdown(struct uls_conn *c, int fd, int how)
 	struct uls_shm_conn *s = shm_of(c);
 	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
 		return -EINVAL;
+	/*
+	 * Shut both ways on the rings (SHUT_RDWR, or the second half): the socket is shut for
+	 * reading, and its kernel socket both ways, before the peer can see the ring's end.
+	 * So plain TCP's FIN comes, with the socket already shut for reading: a peer that
+	 * answers the end with data finds it so, and its kernel resets (send_to_gone_peer).
+	 * The FIN wakes the peer's sleepers as a wake-up would.
+	 */
+	int both = how == SHUT_RDWR || (how == SHUT_RD && atomic_load(&c->shut_wr)) ||
+		   (how == SHUT_WR && atomic_load(&c->shut_rd));
+	int on_rings = uls_shm_kernel_parts(c) == 0, early = both && on_rings;
+	if (early) {
+		atomic_store(&c->shut_rd, 1);
+		atomic_store(&s->rx->sh->cons.closed, 1);
+		wake_producer(c, fd);
+		uls_libc.shutdown(uls_conn_fd(c, fd), SHUT_RDWR);
+	}
 	if (how != SHUT_RD) {
 		uls_conn_lock(c, TXL);
 		if (c->role == ULS_CLIENT && !atomic_load(&s->me->switched) && uls_conn_peer_attached(c) &&
@@ -1558,20 +1628,27 @@ int uls_shm_shutdown(struct uls_conn *c, int fd, int how)
 			uls_conn_unlock(c, TXL);
 			atomic_thread_fence(memory_order_seq_cst);
 			uls_conn_wake_peer(c);
-			uls_conn_send_token(c, fd);
+			if (!early)
+				uls_conn_send_token(c, fd);
 		}
 		atomic_store(&c->shut_wr, 1);
 	}
-	if (how != SHUT_WR) {
+	/*
+	 * SHUT_RD alone on the rings leaves the ring open: Linux still queues what the peer
+	 * sends and delivers it (conn_recv), and a peer that fills the buffer waits.
+	 */
+	if (how != SHUT_WR && !early) {
 		atomic_store(&c->shut_rd, 1);
-		atomic_store(&s->rx->sh->cons.closed, 1);
-		wake_producer(c, fd);
+		if (both || !on_rings) {
+			atomic_store(&s->rx->sh->cons.closed, 1);
+			wake_producer(c, fd);
+		}
 	}
 	/*
 	 * The kernel's shutdown wakes this process's threads blocked on the socket, as it
 	 * would with plain TCP (SHUT_RDWR also sends the peer its FIN: we are done both ways).
 	 */
-	if (how != SHUT_WR)
+	if (how != SHUT_WR && !early)
 		uls_libc.shutdown(uls_conn_fd(c, fd), how);
 	uls_conn_wake_self(c);
 	uls_waitq_kick(&c->wq);

@@ -64,7 +64,8 @@ enum { ULS_C2S = 0, ULS_S2C = 1 };
 #define ULS_SIDE_ATTACHED 0x1u /* server: the server uses the rings (set once, first) */
 #define ULS_SIDE_DECLINED 0x2u /* server: it found the segment but stays on TCP */
 #define ULS_SIDE_CLOSED 0x4u   /* no process of this side holds the connection any more */
-#define ULS_SIDE_RESET 0x10u   /* closed with SO_LINGER {1, 0}: the peer reports ECONNRESET */
+#define ULS_SIDE_RESET 0x10u   /* closed with SO_LINGER {1, 0}, or sent to a peer shut both
+				* ways: the peer reports ECONNRESET */
 #define ULS_SIDE_TCP_SHUT 0x8u /* client: shut TCP down for writing before its switch, so
 				* it never switches (no wake-ups can follow the FIN) */
 
