@@ -891,6 +891,46 @@ static void rcvlowat_srv(struct fc *c)
 }
 
 /*
+ * SHUT_RD on the fabric, as on Linux: what was queued and what the peer sends after it are
+ * still read; then a read that finds nothing returns 0 at once (a wait would meet the
+ * watchdog), and poll says POLLIN|POLLRDHUP.
+ */
+static void shut_rd_cli(struct fc *c)
+{
+	calls_write_all(c->fd, "before", 6);
+	ctl_await(c, 'r');
+	calls_write_all(c->fd, "after", 5);
+	ctl_post(c, 's');
+	ctl_await(c, 'k');
+}
+
+static void shut_rd_srv(struct fc *c)
+{
+	char buf[16];
+	size_t have = 0;
+
+	CHECK_EQ(calls_wait_fionread(c->fd, 6, WAIT_MS), 6);
+	CHECK(shutdown(c->fd, SHUT_RD) == 0);
+	ctl_post(c, 'r');
+	ctl_await(c, 's');
+	/* The later bytes may still be on their way: a read that finds none returns 0. */
+	for (long long t0 = calls_now_ms(); have < 11 && calls_now_ms() - t0 < WAIT_MS;) {
+		ssize_t n = recv(c->fd, buf + have, sizeof(buf) - have, 0);
+		CHECK(n >= 0);
+		if (n == 0)
+			calls_sleep_ms(1);
+		have += (size_t)n;
+	}
+	CHECK_EQ(have, 11);
+	CHECK_EQ(memcmp(buf, "beforeafter", 11), 0);
+	short ev = calls_wait_for(c->fd, POLLIN | POLLRDHUP, 0);
+	CHECK(ev & POLLIN);
+	CHECK(ev & POLLRDHUP);
+	CHECK_EQ(recv(c->fd, buf, sizeof(buf), 0), 0);
+	ctl_post(c, 'k');
+}
+
+/*
  * Four threads send records of 3,000 bytes (writer id, sequence, then bytes derived from
  * both) on the one connection with blocking sends; the peer reads them in uneven pieces
  * (1 to 4,000 bytes) with pauses, so the window fills and a sender seldom finds room for
@@ -996,6 +1036,7 @@ static const struct fc_case cases[] = {
     CASE(epoll_et_read),  CASE(epoll_et_write),	 CASE(epoll_oneshot),
     CASE(read_later),	  CASE(peek),		 CASE(waitall),		CASE(iov),
     CASE(sendmsg1),	  CASE(big_send),	 CASE(fionread),	CASE(threads_records), CASE(rcvlowat),
+    CASE(shut_rd),
     {NULL, NULL, NULL},
 };
 

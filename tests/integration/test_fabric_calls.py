@@ -39,7 +39,7 @@ CASES_READY = [f"{m}_{c}" for m in ("poll", "select", "epoll")
     "epoll_et_read", "epoll_et_write", "epoll_oneshot", "read_later"]
 CASES_HUP = ["poll_hup", "epoll_hup"]
 CASES_DATA = ["peek", "waitall", "iov", "sendmsg1", "big_send", "fionread", "threads_records",
-              "rcvlowat"]
+              "rcvlowat", "shut_rd"]
 
 pytestmark = pytest.mark.skipif(PLAIN, reason="ULSOCK_TEST_PLAIN=1: the fabric needs ulsock")
 
@@ -141,7 +141,8 @@ def test_call_shapes(hosts, case):
     over 1,000-byte sends, readv/writev of 1,024 uneven iovecs each way, 20,000 one-byte
     sendmsg calls, one blocking 4 MiB send() read back in small reads, FIONREAD equal to
     what the next read returns (1 byte to 100,000), four threads' 3,000-byte records, each
-    whole and in order, and SO_RCVLOWAT 10 in readiness and in a blocking recv."""
+    whole and in order, SO_RCVLOWAT 10 in readiness and in a blocking recv, and reads after
+    SHUT_RD (what was queued and what came later, then 0 at once)."""
     server, client = run_pair(hosts, case)
     check_on_fabric(server, client, hosts.port)
 

@@ -139,7 +139,8 @@ static void note_tcp(struct fab_conn *f, int fd)
 	ssize_t n = uls_libc.recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 	int err = n < 0 ? errno : 0;
 
-	if (n == 0 || (n < 0 && err != EAGAIN && err != EINTR))
+	/* After this side's SHUT_RD the kernel reports that end: not the peer's. */
+	if ((n == 0 && !atomic_load(&f->c->shut_rd)) || (n < 0 && err != EAGAIN && err != EINTR))
 		f->tcp_end = 1;
 	if (err == ETIMEDOUT && !f->err) /* keepalive: the peer's host is gone (9.7) */
 		f->err = ETIMEDOUT;
@@ -597,6 +598,9 @@ static ssize_t recv_waits(struct uls_conn *c, struct fab_conn *f, int fd, struct
 					return 0;
 				return n;
 			}
+			/* After SHUT_RD a read that finds nothing returns 0 at once, as Linux's. */
+			if (atomic_load(&c->shut_rd))
+				return (ssize_t)done;
 		}
 		if (done && !(flags & MSG_WAITALL) && done >= target)
 			break;
@@ -915,8 +919,12 @@ static int fab_shutdown(struct uls_conn *c, int fd, int how)
 	fab_step(f, fd);
 	if (on_tcp(c))
 		return uls_kernel_transport.shutdown(c, fd, how);
-	if (how == SHUT_RD || how == SHUT_RDWR)
+	if (how == SHUT_RD || how == SHUT_RDWR) {
 		r = uls_kernel_transport.shutdown(c, fd, SHUT_RD);
+		/* Reads go on with what the fabric holds and brings, never waiting (recv_waits). */
+		if (r == 0)
+			atomic_store(&c->shut_rd, 1);
+	}
 	if (r < 0 || how == SHUT_RD)
 		return r;
 	/* From here a send fails with EPIPE, as after the kernel's shutdown, and one that
@@ -993,6 +1001,8 @@ static int fab_ready(struct uls_conn *c, int events)
 			r |= POLLIN;
 		if (f->fin || f->tcp_end)
 			r |= POLLRDHUP;
+		if (atomic_load(&c->shut_rd)) /* as the kernel says after SHUT_RD */
+			r |= POLLIN | POLLRDHUP;
 	}
 	if (f->tx_sw && !f->tx_stop && (f->err || f->peer_closed || f->tcp_end ||
 			 atomic_load(&c->shut_wr) || /* a send fails at once, as on TCP */

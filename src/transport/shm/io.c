@@ -12,6 +12,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -862,13 +864,18 @@ static ssize_t reset_reported(struct uls_conn *c, int fd)
 /*
  * The peer that stopped reading also sent its FIN on TCP (shutdown(SHUT_RDWR) shuts its
  * kernel socket down both ways; a ring SHUT_WR sends none): Linux answers data that comes
- * to a socket shut both ways with a reset.
+ * to a socket shut both ways with a reset. The kernel's state of this socket says whether
+ * the FIN came (POLLRDHUP would also report this side's own SHUT_RD).
  */
 static int peer_shut_both(struct uls_conn *c, int fd)
 {
-	struct pollfd p = {.fd = uls_conn_fd(c, fd), .events = POLLRDHUP};
+	struct tcp_info ti;
+	socklen_t len = sizeof(ti);
 
-	return uls_libc.poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+	if (uls_libc.getsockopt(uls_conn_fd(c, fd), IPPROTO_TCP, TCP_INFO, &ti, &len) < 0)
+		return 0;
+	return ti.tcpi_state == TCP_CLOSE_WAIT || ti.tcpi_state == TCP_LAST_ACK ||
+	       ti.tcpi_state == TCP_CLOSING;
 }
 
 /*
