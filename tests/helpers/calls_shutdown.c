@@ -53,12 +53,28 @@ static void case_shut_wr(CALLS_ARGS)
 }
 
 /*
+ * A socket shut for reading with nothing left to read: recv and read return 0 at once
+ * instead of blocking, and poll reports POLLIN|POLLRDHUP.
+ */
+static void expect_shut_rd_end(int fd)
+{
+	char buf[16];
+	long long t0 = calls_now_ms();
+
+	CHECK_EQ(recv(fd, buf, sizeof(buf), 0), 0);
+	CHECK_EQ(read(fd, buf, sizeof(buf)), 0);
+	CHECK(calls_now_ms() - t0 < 2000);
+	short ev = calls_wait_for(fd, POLLIN | POLLRDHUP, 0);
+	CHECK(ev & POLLIN);
+	CHECK(ev & POLLRDHUP);
+}
+
+/*
  * SHUT_RD with nothing queued: recv returns 0 at once instead of blocking, poll reports
  * POLLIN|POLLRDHUP, and the socket can still send.
  */
 static void case_shut_rd(CALLS_ARGS)
 {
-	char buf[16];
 	struct calls_pair p;
 
 	calls_pair_open(&p, AF_INET);
@@ -69,13 +85,7 @@ static void case_shut_rd(CALLS_ARGS)
 		calls_pair_close(&p);
 	}
 	CHECK(shutdown(p.fd, SHUT_RD) == 0);
-	long long t0 = calls_now_ms();
-	CHECK_EQ(recv(p.fd, buf, sizeof(buf), 0), 0);
-	CHECK_EQ(read(p.fd, buf, sizeof(buf)), 0);
-	CHECK(calls_now_ms() - t0 < 2000);
-	short ev = calls_wait_for(p.fd, POLLIN | POLLRDHUP, 0);
-	CHECK(ev & POLLIN);
-	CHECK(ev & POLLRDHUP);
+	expect_shut_rd_end(p.fd);
 	calls_send_pat(p.fd, 0, 100000, SEED_DOWN);
 	calls_await(&p);
 	calls_pair_close(&p);
@@ -116,7 +126,6 @@ static void case_shut_rdwr(CALLS_ARGS)
  */
 static void case_shut_rd_then_data(CALLS_ARGS)
 {
-	char buf[64];
 	struct calls_pair p;
 
 	calls_pair_open(&p, AF_INET);
@@ -148,12 +157,7 @@ static void case_shut_rd_then_data(CALLS_ARGS)
 	}
 	CHECK_EQ(have, sizeof(got));
 	CHECK(memcmp(got, want, sizeof(got)) == 0);
-	short ev = calls_wait_for(p.fd, POLLIN | POLLRDHUP, 0);
-	CHECK(ev & POLLIN);
-	CHECK(ev & POLLRDHUP);
-	long long t0 = calls_now_ms();
-	CHECK_EQ(recv(p.fd, buf, sizeof(buf), 0), 0);
-	CHECK(calls_now_ms() - t0 < 2000);
+	expect_shut_rd_end(p.fd);
 	calls_send_pat(p.fd, 0, 5000, SEED_DOWN);
 	calls_pair_close(&p);
 }

@@ -861,6 +861,13 @@ static ssize_t reset_reported(struct uls_conn *c, int fd)
 	return -ECONNRESET;
 }
 
+/* The peer reset the connection and no call here has reported it: this one does. */
+static int reset_unreported(struct uls_conn *c)
+{
+	return (atomic_load(&shm_of(c)->peer->state) & ULS_SIDE_RESET) &&
+	       !atomic_exchange(&c->reset_seen, 1);
+}
+
 /*
  * The peer that stopped reading also sent its FIN on TCP (shutdown(SHUT_RDWR) shuts its
  * kernel socket down both ways; a ring SHUT_WR sends none): Linux answers data that comes
@@ -1345,8 +1352,7 @@ static ssize_t ring_recv(struct uls_conn *c, int fd, struct msghdr *msg, int fla
 		int back = uls_revert_rx_back(c, fd, nonblock_now(c, fd, flags, nonblock));
 		if (back != 0)
 			return back < 0 ? back : -EALREADY;
-		if ((atomic_load(&s->peer->state) & ULS_SIDE_RESET) &&
-		    !atomic_exchange(&c->reset_seen, 1))
+		if (reset_unreported(c))
 			return reset_reported(c, fd);
 		if (atomic_load(&s->rx->sh->prod.eof) || atomic_load(&c->peer_gone)) {
 			/*
@@ -1418,10 +1424,7 @@ static ssize_t shut_rd_end(struct uls_conn *c, int fd)
 
 	if (!(uls_shm_kernel_parts(c) & ULS_KERNEL_RX)) {
 		/* The peer's data came after our SHUT_RDWR (send_to_gone_peer). */
-		if ((atomic_load(&shm_of(c)->peer->state) & ULS_SIDE_RESET) &&
-		    !atomic_exchange(&c->reset_seen, 1))
-			return reset_reported(c, fd);
-		return 0;
+		return reset_unreported(c) ? reset_reported(c, fd) : 0;
 	}
 	if (uls_libc.getsockopt(uls_conn_fd(c, fd), SOL_SOCKET, SO_ERROR, &err, &len) < 0)
 		return 0;
@@ -1592,6 +1595,13 @@ ssize_t uls_shm_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags)
 	return n;
 }
 
+/* This side reads the ring no more: the peer's sends go to send_to_gone_peer. */
+static void rx_ring_close(struct uls_conn *c, int fd)
+{
+	atomic_store(&shm_of(c)->rx->sh->cons.closed, 1);
+	wake_producer(c, fd);
+}
+
 int uls_shm_shutdown(struct uls_conn *c, int fd, int how)
 {
 	struct uls_shm_conn *s = shm_of(c);
@@ -1609,8 +1619,7 @@ int uls_shm_shutdown(struct uls_conn *c, int fd, int how)
 	int on_rings = uls_shm_kernel_parts(c) == 0, early = both && on_rings;
 	if (early) {
 		atomic_store(&c->shut_rd, 1);
-		atomic_store(&s->rx->sh->cons.closed, 1);
-		wake_producer(c, fd);
+		rx_ring_close(c, fd);
 		uls_libc.shutdown(uls_conn_fd(c, fd), SHUT_RDWR);
 	}
 	if (how != SHUT_RD) {
@@ -1642,14 +1651,13 @@ int uls_shm_shutdown(struct uls_conn *c, int fd, int how)
 	}
 	/*
 	 * SHUT_RD alone on the rings leaves the ring open: Linux still queues what the peer
-	 * sends and delivers it (conn_recv), and a peer that fills the buffer waits.
+	 * sends and delivers it (conn_recv), and a peer that fills the buffer waits. (Shut
+	 * both ways on the rings was done above, early.)
 	 */
 	if (how != SHUT_WR && !early) {
 		atomic_store(&c->shut_rd, 1);
-		if (both || !on_rings) {
-			atomic_store(&s->rx->sh->cons.closed, 1);
-			wake_producer(c, fd);
-		}
+		if (!on_rings)
+			rx_ring_close(c, fd);
 	}
 	/*
 	 * The kernel's shutdown wakes this process's threads blocked on the socket, as it
