@@ -1220,6 +1220,11 @@ int fab_trywait(void)
 {
 	struct fid *cq = &fab.ep.cq->fid;
 
+	/* A fork child never touches the parent's objects (9.9): a trywait there would read
+	 * the byte of the provider's signal pair that the parent's next trywait expects,
+	 * and the parent would wait 10 s for it inside the provider. */
+	if (fab.state <= 0 || fab.pid != uls_pid())
+		return 0;
 	fab_repost(); /* before a sleep */
 	if (fab.ep.wait_fd < 0)
 		return 0;
