@@ -220,7 +220,9 @@ public final class JvmEcho {
 			if (!fill(c, st))
 				break;
 		}
-		k.interestOps(SelectionKey.OP_READ);
+		/* Out of rounds with echo still to send (the last bytes and the digest, maybe):
+		 * waiting to read would wait for ever once the client has sent everything. */
+		k.interestOps(st.buf.hasRemaining() ? SelectionKey.OP_WRITE : SelectionKey.OP_READ);
 		return false;
 	}
 
