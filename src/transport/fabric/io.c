@@ -1260,9 +1260,14 @@ static void fab_closing(struct uls_conn *c, int fd)
 	/* A server still waiting for the client's SWITCH or ABORT: it lived on TCP. */
 	if (atomic_load(&c->path) == ULS_PATH_PENDING)
 		uls_conn_set_kernel(c, fd, "fabric: closed before the handshake ended");
-	/* Sends still in flight are the endpoint owner's to wait for: not a fork child's
-	 * (a connection moved back to TCP before the fork is in no list, so not orphaned). */
-	for (int i = 0; i < CLOSE_WAIT_MS && !f->orphan && fab.pid == uls_pid(); i++) {
+	/*
+	 * Sends still in flight are the endpoint owner's to wait for: not a fork child's (a
+	 * connection moved back to TCP before the fork is in no list, so not orphaned). And
+	 * only while the connection is listed: completions find it by its tag (tx_done), so
+	 * after its move back to TCP for good (fab_settled) its count never falls, and the
+	 * close would wait its whole bound for nothing.
+	 */
+	for (int i = 0; i < CLOSE_WAIT_MS && !f->orphan && f->tag && fab.pid == uls_pid(); i++) {
 		pthread_mutex_lock(&fab.mu);
 		fab_progress();
 		/* Offers wait for the peer's copy too (it takes them at the FIN: 9.6). */
