@@ -77,14 +77,20 @@ static void refresh(struct uls_epoll *ep, int epfd, struct epreg *r)
 	}
 }
 
-static int inner_ready(struct uls_epoll *ep, int arm, int depth);
+static int inner_ready(struct uls_epoll *ep, int arm, int bell, int *bounded, int depth);
 
-/* Arms c for a wait on ep, its bell joining c first when it has one (bell.h). */
+/* Arms c for a sleep, bell (>= 0) joining c first (bell.h); *bounded set where it cannot. */
+static void arm_with(struct uls_conn *c, int events, int bell, int *bounded)
+{
+	if (bell >= 0 && !uls_bells_add(&c->bells, bell))
+		*bounded = 1;
+	uls_conn_arm(c, events);
+}
+
+/* Arms c for a wait on ep, its bell joining c first when it has one. */
 static void arm_conn(struct uls_epoll *ep, struct uls_conn *c, int events)
 {
-	if (ep->bell >= 0 && !uls_bells_add(&c->bells, ep->bell))
-		ep->bounded = 1;
-	uls_conn_arm(c, events);
+	arm_with(c, events, ep->bell, &ep->bounded);
 }
 
 /*
@@ -131,6 +137,16 @@ static void wait_fd_join(struct uls_epoll *ep, int epfd)
 		ep->bounded = 1;
 }
 
+/* The epoll set of a watched registration that is a nested set, or NULL. */
+static struct uls_epoll *nested_set(struct uls_epoll *ep, struct epreg *r)
+{
+	struct uls_fd *e = uls_fd_get(r->fd);
+
+	if (!e || atomic_load(&e->kind) != ULS_FD_EPOLL || !e->ep || e->ep == ep)
+		return NULL;
+	return e->ep;
+}
+
 /* User-space readiness of one watched registration (0 when the kernel decides). */
 static int watched_ready(struct uls_epoll *ep, int epfd, struct epreg *r, int arm, int depth)
 {
@@ -142,11 +158,12 @@ static int watched_ready(struct uls_epoll *ep, int epfd, struct epreg *r, int ar
 		return uls_conn_ready(r->oconn, poll_bits(r->events)) &
 		       poll_bits(r->events | EPOLLERR | EPOLLHUP);
 	}
-	struct uls_fd *e = uls_fd_get(r->fd);
+	struct uls_epoll *in = depth < 4 ? nested_set(ep, r) : NULL;
 
-	if (e && atomic_load(&e->kind) == ULS_FD_EPOLL && e->ep && e->ep != ep && depth < 4) {
-		/* A nested epoll set: readable when one of its accelerated sockets is. */
-		int rd = inner_ready(e->ep, arm, depth + 1);
+	if (in) {
+		/* A nested epoll set: readable when one of its accelerated sockets is. Its
+		 * members are armed with this set's bell, which this wait sleeps on. */
+		int rd = inner_ready(in, arm, ep->bell, &ep->bounded, depth + 1);
 		return (r->events & EPOLLIN) && rd ? EPOLLIN : 0;
 	}
 	refresh(ep, epfd, r);
@@ -167,31 +184,184 @@ static int watched_ready(struct uls_epoll *ep, int epfd, struct epreg *r, int ar
 	return ready & poll_bits(r->events | EPOLLERR | EPOLLHUP);
 }
 
-static int inner_ready(struct uls_epoll *ep, int arm, int depth)
+/*
+ * Is one of ep's ring members ready (in a nested set of it too, down to depth 4)? With
+ * arm, every one is armed for a sleep, bell joining it first. What poll and an outer set
+ * see of a set: whether a wait on it would report a ring member.
+ */
+static int inner_ready(struct uls_epoll *ep, int arm, int bell, int *bounded, int depth)
 {
 	int any = 0;
 
 	pthread_mutex_lock(&ep->mu);
 	for (int i = 0; i < ep->nwatch && (arm || !any); i++) {
 		struct epreg *r = ep->regs[ep->watch[i]];
-		if (r && r->ring && !r->fired) {
-			struct uls_conn *c = uls_fd_conn(r->fd);
-			if (c && arm)
-				arm_conn(ep, c, poll_bits(r->events));
-			any |= c && (uls_conn_ready(c, poll_bits(r->events)) & poll_bits(r->events));
+		if (!r || r->fired)
+			continue;
+		if (!r->ring) {
+			struct uls_epoll *in = depth < 4 ? nested_set(ep, r) : NULL;
+			if (in && (r->events & EPOLLIN))
+				any |= inner_ready(in, arm, bell, bounded, depth + 1);
+			continue;
 		}
+		struct uls_conn *c = uls_fd_conn(r->fd);
+		if (c && arm)
+			arm_with(c, poll_bits(r->events), bell, bounded);
+		any |= c && (uls_conn_ready(c, poll_bits(r->events)) & poll_bits(r->events));
 	}
 	for (int i = 0; i < ep->norph && (arm || !any); i++) {
 		struct epreg *r = ep->orph[i];
 		if (!r->fired && uls_orphan_valid(r)) {
 			if (arm)
-				arm_conn(ep, r->oconn, poll_bits(r->events));
+				arm_with(r->oconn, poll_bits(r->events), bell, bounded);
 			any |= uls_conn_ready(r->oconn, poll_bits(r->events)) & poll_bits(r->events);
 		}
 	}
 	pthread_mutex_unlock(&ep->mu);
-	(void)depth;
 	return any;
+}
+
+/*
+ * poll, select and an outer set ask about an epoll descriptor (poll.c, kernel_pass). The
+ * kernel's answer counts what ulsock put in the set beside the program's descriptors:
+ * the sockets of ring members, ghosts and orphans, readable with a wake-up byte that can
+ * come after the ring bytes it announced were read (its waker was slow to send it);
+ * nested sets holding such sockets; the set's bell and a transport's wait descriptor.
+ * settle() looks at all of them in one poll: a ring member (or nested set) that is
+ * ready makes the set readable; wake-up bytes are drained and a readable ghost deleted
+ * for real (as kernel_pass does), and the kernel is asked again (SETTLE_AGAIN). With
+ * none of them readable the kernel's answer is a plain member's; where the bell or the
+ * wait descriptor is readable too, the plain members are asked one by one.
+ */
+#define SETTLE_AGAIN (-1)
+
+enum settle_kind { SK_RING, SK_ORPHAN, SK_NESTED, SK_GHOST, SK_OWN };
+
+static int kernel_ready(struct uls_epoll *ep, int epfd, int depth);
+
+/* Level readiness of the set's plain members (the kernel decides theirs). */
+static int plain_ready(struct uls_epoll *ep)
+{
+	int n = 0, ready = 0;
+	struct pollfd *p = malloc((size_t)(ep->cap ? ep->cap : 1) * sizeof(*p));
+
+	if (!p)
+		return POLLIN; /* the kernel's answer stands */
+	for (int fd = 0; fd < ep->cap; fd++) {
+		struct epreg *r = ep->regs[fd];
+		if (r && !r->ring && !r->ghost && !r->closed && !nested_set(ep, r))
+			p[n++] = (struct pollfd){.fd = fd, .events = (short)poll_bits(r->events)};
+	}
+	if (n && uls_libc.poll(p, (nfds_t)n, 0) > 0)
+		for (int i = 0; i < n && !ready; i++)
+			ready = (p[i].revents & (p[i].events | POLLERR | POLLHUP)) != 0;
+	free(p);
+	return ready ? POLLIN : 0;
+}
+
+static int settle(struct uls_epoll *ep, int epfd, int depth)
+{
+	int n = 0, max = ep->nwatch + ep->norph + 2, res = 0, ours = 0, own = 0;
+
+	for (int fd = 0; fd < ep->cap; fd++)
+		max += ep->regs[fd] && ep->regs[fd]->ghost;
+	struct pollfd *p = malloc((size_t)max * (sizeof(*p) + sizeof(struct epreg *) + 1));
+	if (!p)
+		return POLLIN;
+	struct epreg **who = (struct epreg **)(p + max);
+	unsigned char *kind = (unsigned char *)(who + max);
+#define SETTLE_ADD(f, r_, k_) \
+	(p[n] = (struct pollfd){.fd = (f), .events = POLLIN | POLLRDHUP}, who[n] = (r_), kind[n++] = (k_))
+	for (int i = 0; i < ep->nwatch; i++) {
+		struct epreg *r = ep->regs[ep->watch[i]];
+		if (r && r->ring)
+			SETTLE_ADD(r->fd, r, SK_RING);
+		else if (r && depth < 4 && nested_set(ep, r))
+			SETTLE_ADD(r->fd, r, SK_NESTED);
+	}
+	for (int i = 0; i < ep->norph; i++)
+		if (uls_orphan_valid(ep->orph[i]))
+			SETTLE_ADD(ep->orph[i]->ofd, ep->orph[i], SK_ORPHAN);
+	for (int fd = 0; fd < ep->cap; fd++)
+		if (ep->regs[fd] && ep->regs[fd]->ghost)
+			SETTLE_ADD(fd, ep->regs[fd], SK_GHOST);
+	if (ep->bell >= 0)
+		SETTLE_ADD(uls_bell_fd(ep->bell), NULL, SK_OWN);
+	if (ep->wait_fd >= 0)
+		SETTLE_ADD(ep->wait_fd, NULL, SK_OWN);
+#undef SETTLE_ADD
+	if (n && uls_libc.poll(p, (nfds_t)n, 0) < 0)
+		n = 0;
+	for (int i = 0; i < n && !res; i++) {
+		struct epreg *r = who[i];
+		int krev = p[i].revents, bits = r ? poll_bits(r->events | EPOLLERR | EPOLLHUP) : 0;
+		if (!krev)
+			continue;
+		if (kind[i] == SK_OWN) {
+			own = 1;
+			continue;
+		}
+		ours = 1;
+		if (kind[i] == SK_GHOST) {
+			uls_drop_ghost(ep, epfd, p[i].fd);
+		} else if (kind[i] == SK_NESTED) {
+			struct uls_epoll *in = nested_set(ep, r);
+			if (in && (r->events & EPOLLIN) && !r->fired)
+				res = kernel_ready(in, r->fd, depth + 1);
+		} else {
+			struct uls_conn *c = kind[i] == SK_ORPHAN ? r->oconn : uls_fd_conn(r->fd);
+			int ready = c ? uls_ready_merge(c, p[i].fd, poll_bits(r->events), krev) : 0;
+			res = !r->fired && (ready & bits) ? POLLIN : 0;
+		}
+	}
+	free(p);
+	if (res || !ours)
+		return res ? res : !own ? POLLIN : plain_ready(ep);
+	return SETTLE_AGAIN;
+}
+
+static int kernel_ready(struct uls_epoll *ep, int epfd, int depth)
+{
+	int r = SETTLE_AGAIN;
+
+	pthread_mutex_lock(&ep->mu);
+	for (int tries = 0; tries < 4 && r == SETTLE_AGAIN; tries++) {
+		struct pollfd p = {.fd = epfd, .events = POLLIN};
+		if (uls_libc.poll(&p, 1, 0) <= 0 || !(p.revents & POLLIN))
+			r = 0;
+		else
+			r = has_ring(ep) ? settle(ep, epfd, depth) : POLLIN;
+	}
+	pthread_mutex_unlock(&ep->mu);
+	return r == SETTLE_AGAIN ? POLLIN : r;
+}
+
+struct uls_epoll *uls_ring_epoll(int fd)
+{
+	struct uls_fd *e = uls_fd_get(fd);
+	struct uls_epoll *ep = e && atomic_load(&e->kind) == ULS_FD_EPOLL ? e->ep : NULL;
+
+	if (!ep)
+		return NULL;
+	uls_epoll_get(ep);
+	pthread_mutex_lock(&ep->mu);
+	int ring = has_ring(ep);
+	pthread_mutex_unlock(&ep->mu);
+	if (!ring) {
+		uls_epoll_put(ep);
+		return NULL;
+	}
+	return ep;
+}
+
+int uls_epoll_rings_ready(struct uls_epoll *ep, int arm, int bell, int *bounded)
+{
+	return inner_ready(ep, arm, bell, bounded, 0) ? POLLIN : 0;
+}
+
+int uls_epoll_kernel_ready(struct uls_epoll *ep, int epfd)
+{
+	return kernel_ready(ep, epfd, 0);
 }
 
 /* A registration user_pass may report, and how it is ready. */
@@ -303,6 +473,11 @@ static int kernel_pass(struct uls_epoll *ep, int epfd, struct epoll_event *evs, 
 		}
 		if (!reg->ring) {
 			if (reg->round == ep->round || fair_skip(ep, reg))
+				continue;
+			/* A nested set that holds ring members: readable for the kernel may mean
+			 * wake-up bytes only. */
+			struct uls_epoll *in = nested_set(ep, reg);
+			if (in && !kernel_ready(in, fd, 1))
 				continue;
 			reg->round = ep->round;
 			reg->told = ep->cycle;

@@ -85,6 +85,15 @@ struct uls_epoll {
 	int norph, caporph;
 };
 
+/* epoll_wait.c: what poll and select see of an epoll descriptor */
+/* fd's set, held (uls_epoll_put), when it has members whose readiness ulsock decides. */
+struct uls_epoll *uls_ring_epoll(int fd);
+/* POLLIN when a ring member of ep (or of a set nested in it) is ready; with arm, each is
+ * armed for a sleep, bell (>= 0) joining it first and *bounded set where it cannot. */
+int uls_epoll_rings_ready(struct uls_epoll *ep, int arm, int bell, int *bounded);
+/* POLLIN when the kernel says epfd is readable for more than ulsock's own wake-ups. */
+int uls_epoll_kernel_ready(struct uls_epoll *ep, int epfd);
+
 /* epoll.c */
 void uls_watch_add(struct uls_epoll *ep, int fd);
 void uls_watch_del(struct uls_epoll *ep, int fd);

@@ -131,29 +131,50 @@ static int kernel_ppoll_pushing(struct pollfd *k, nfds_t n, int64_t timeout_ns,
 	}
 }
 
-/* One pass: user readiness of ring conns merged with a kernel snapshot in k. */
-static int poll_collect(struct pollfd *fds, struct pollfd *k, struct uls_conn **cs, nfds_t n,
-			int have_kernel)
+/*
+ * What ulsock decides of a descriptor in a poll: a ring conn, or an epoll set with ring
+ * members (event_int.h: the kernel would count wake-up bytes as readiness), held.
+ */
+struct pollsrc {
+	struct uls_conn *c;
+	struct uls_epoll *ep;
+};
+
+static int user_ready(struct pollfd *f, struct pollsrc *s)
+{
+	int unused = 0;
+
+	if (s->c)
+		return uls_conn_ready(s->c, f->events);
+	return s->ep && (f->events & POLLIN) ? uls_epoll_rings_ready(s->ep, 0, -1, &unused) : 0;
+}
+
+/* One pass: user readiness of ring conns and sets merged with a kernel snapshot in k. */
+static int poll_collect(struct pollfd *fds, struct pollfd *k, struct pollsrc *src, nfds_t n)
 {
 	int count = 0;
 
 	for (nfds_t i = 0; i < n; i++) {
-		int krev = have_kernel ? k[i].revents : 0;
+		int krev = k[i].revents, r = krev;
 		/* A number closed meanwhile by another thread: the kernel's answer stands. */
 		if (krev & POLLNVAL)
-			fds[i].revents = POLLNVAL;
-		else
-			fds[i].revents = cs[i] ? (short)uls_ready_merge(cs[i], fds[i].fd, fds[i].events, krev)
-					       : (short)krev;
+			r = POLLNVAL;
+		else if (src[i].c)
+			r = uls_ready_merge(src[i].c, fds[i].fd, fds[i].events, krev);
+		else if (src[i].ep && user_ready(&fds[i], &src[i]))
+			r = krev | POLLIN;
+		else if (src[i].ep && (krev & POLLIN))
+			r = (krev & ~POLLIN) | uls_epoll_kernel_ready(src[i].ep, fds[i].fd);
+		fds[i].revents = (short)r;
 		count += fds[i].revents != 0;
 	}
 	return count;
 }
 
-static int any_user_ready(struct pollfd *fds, struct uls_conn **cs, nfds_t n)
+static int any_user_ready(struct pollfd *fds, struct pollsrc *src, nfds_t n)
 {
 	for (nfds_t i = 0; i < n; i++)
-		if (cs[i] && uls_conn_ready(cs[i], fds[i].events))
+		if (user_ready(&fds[i], &src[i]))
 			return 1;
 	return 0;
 }
@@ -180,7 +201,7 @@ static int poll_bell(struct pollfd *k, nfds_t n, int *bounded)
 int uls_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *mask)
 {
 	struct pollfd kst[66], *k = kst;
-	struct uls_conn *cst[64], **cs = cst;
+	struct pollsrc sst[64], *src = sst;
 	uint64_t start = uls_now_ns(), deadline = start + (uint64_t)(timeout_ns > 0 ? timeout_ns : 0);
 	int nconn = 0, r, bell = -1, bounded = 0, was_current = uls_bell_current;
 	unsigned spins = 0;
@@ -188,23 +209,26 @@ int uls_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *m
 
 	if (n > 64) {
 		k = malloc((n + 2) * sizeof(*k));
-		cs = malloc(n * sizeof(*cs));
-		if (!k || !cs) {
+		src = malloc(n * sizeof(*src));
+		if (!k || !src) {
 			free(k == kst ? NULL : k);
-			free(cs == cst ? NULL : cs);
+			free(src == sst ? NULL : src);
 			return -ENOMEM;
 		}
 	}
 	for (nfds_t i = 0; i < n; i++) {
-		cs[i] = fds[i].fd >= 0 ? uls_ring_conn(fds[i].fd) : NULL;
+		struct pollsrc *s = &src[i];
+		s->c = fds[i].fd >= 0 ? uls_ring_conn(fds[i].fd) : NULL;
 		/* Held, as the kernel holds the files a poll names: a close by another thread
 		 * leaves the conn to this call (conn.c, kept_for_calls). */
-		if (cs[i] && !uls_conn_hold(cs[i]))
-			cs[i] = NULL;
-		nconn += cs[i] != NULL;
+		if (s->c && !uls_conn_hold(s->c))
+			s->c = NULL;
+		s->ep = !s->c && fds[i].fd >= 0 && (fds[i].events & POLLIN) ? uls_ring_epoll(fds[i].fd)
+									    : NULL;
+		nconn += s->c || s->ep;
 		k[i] = fds[i];
-		if (cs[i])
-			k[i].events = (short)uls_kernel_events_for(cs[i], fds[i].events);
+		if (s->c)
+			k[i].events = (short)uls_kernel_events_for(s->c, fds[i].events);
 	}
 	if (!nconn) {
 		r = kernel_ppoll_pushing(fds, n, timeout_ns, deadline, mask);
@@ -214,7 +238,7 @@ int uls_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *m
 	for (;;) {
 		int64_t left = uls_ns_remaining(deadline, timeout_ns);
 		int sleeping = 0;
-		if (any_user_ready(fds, cs, n) || left == 0 || (++spins & 63) == 0) {
+		if (any_user_ready(fds, src, n) || left == 0 || (++spins & 63) == 0) {
 			r = kernel_ppoll(k, n + (bell >= 0), 0, mask);
 		} else if (uls_spin_more(&spin)) {
 			continue;
@@ -222,14 +246,16 @@ int uls_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *m
 			if (bell < 0 && !bounded && !ULS_SINGLE_THREADED())
 				bell = poll_bell(k, n, &bounded);
 			for (nfds_t i = 0; i < n; i++) {
-				if (!cs[i])
-					continue;
+				struct pollsrc *s = &src[i];
 				/* The bell first, then the arm (bell.h). */
-				if (bell >= 0 && !uls_bells_add(&cs[i]->bells, bell))
+				if (s->c && bell >= 0 && !uls_bells_add(&s->c->bells, bell))
 					bounded = 1;
-				uls_conn_arm(cs[i], fds[i].events);
+				if (s->c)
+					uls_conn_arm(s->c, fds[i].events);
+				else if (s->ep)
+					uls_epoll_rings_ready(s->ep, 1, bell, &bounded);
 			}
-			if (any_user_ready(fds, cs, n))
+			if (any_user_ready(fds, src, n))
 				continue;
 			sleeping = 1;
 			if (bounded && (left < 0 || left > BOUNDED_SLEEP_NS))
@@ -249,18 +275,21 @@ int uls_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *m
 			goto out;
 		if (bell >= 0 && k[n].revents)
 			uls_bell_clear(bell);
-		r = poll_collect(fds, k, cs, n, 1);
+		r = poll_collect(fds, k, src, n);
 		if (r > 0 || left == 0 || (sleeping && uls_ns_remaining(deadline, timeout_ns) == 0))
 			goto out;
 	}
 out:
 	uls_bell_current = was_current;
-	for (nfds_t i = 0; i < n; i++)
-		if (cs[i])
-			uls_conn_unhold(cs[i]);
+	for (nfds_t i = 0; i < n; i++) {
+		if (src[i].c)
+			uls_conn_unhold(src[i].c);
+		if (src[i].ep)
+			uls_epoll_put(src[i].ep);
+	}
 	if (k != kst)
 		free(k);
-	if (cs != cst)
-		free(cs);
+	if (src != sst)
+		free(src);
 	return r;
 }

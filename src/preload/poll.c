@@ -54,10 +54,21 @@ ULS_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec *
 	return ppoll(fds, n, ts, mask);
 }
 
+static struct uls_epoll *ep_of(int epfd)
+{
+	struct uls_fd *e = uls_fd_get(epfd);
+
+	if (!e || atomic_load(&e->kind) != ULS_FD_EPOLL)
+		return NULL;
+	return e->ep;
+}
+
+/* Is ulsock's poll needed: a connection, or an epoll set that may hold one (poll.c)? */
 static int any_conn(int nfds, fd_set *r, fd_set *w)
 {
 	for (int fd = 0; fd < nfds; fd++)
-		if (((r && FD_ISSET(fd, r)) || (w && FD_ISSET(fd, w))) && uls_fd_conn(fd))
+		if (((r && FD_ISSET(fd, r)) || (w && FD_ISSET(fd, w))) &&
+		    (uls_fd_conn(fd) || (r && FD_ISSET(fd, r) && ep_of(fd))))
 			return 1;
 	return 0;
 }
@@ -169,15 +180,6 @@ ULS_EXPORT int epoll_create1(int flags)
 	if (!uls_enter())
 		return uls_libc.epoll_create1(flags | EPOLL_CLOEXEC);
 	return epoll_created(uls_libc.epoll_create1(flags));
-}
-
-static struct uls_epoll *ep_of(int epfd)
-{
-	struct uls_fd *e = uls_fd_get(epfd);
-
-	if (!e || atomic_load(&e->kind) != ULS_FD_EPOLL)
-		return NULL;
-	return e->ep;
 }
 
 ULS_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)

@@ -37,6 +37,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -419,6 +420,22 @@ static inline short calls_wait_for(int fd, short events, int ms)
 	} while (r == -1 && errno == EINTR);
 	CHECK(r >= 0);
 	return r == 0 ? 0 : p.revents;
+}
+
+/* select on fd for reading within ms milliseconds: 1 when it reports fd readable, else 0. */
+static inline int calls_select_readable(int fd, int ms)
+{
+	fd_set rd;
+	struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+	int r;
+
+	CHECK(fd < FD_SETSIZE);
+	FD_ZERO(&rd);
+	FD_SET(fd, &rd);
+	r = select(fd + 1, &rd, NULL, NULL, &tv);
+	CHECK(r >= 0);
+	CHECK_EQ(r, FD_ISSET(fd, &rd) ? 1 : 0);
+	return r;
 }
 
 static inline int calls_fionread(int fd)

@@ -581,6 +581,65 @@ static void case_nested(CALLS_ARGS)
 	calls_pair_close(&p);
 }
 
+/*
+ * poll and select on an epoll fd whose set holds the socket (no epoll_wait on it
+ * anywhere): readable exactly when the socket is, a sleep in them ends with the peer's
+ * bytes and with its close, and a nested set in the middle changes nothing.
+ */
+static void case_nested_poll(CALLS_ARGS)
+{
+	struct calls_pair p;
+
+	calls_pair_open(&p, AF_INET);
+	if (p.child == 0) {
+		calls_await(&p);
+		calls_write_all(p.fd, "a", 1);
+		calls_await(&p);
+		calls_write_all(p.fd, "b", 1);
+		calls_await(&p);
+		calls_write_all(p.fd, "c", 1);
+		calls_await(&p);
+		calls_pair_close(&p);
+	}
+	int inner = epoll_create1(0), outer = epoll_create1(0);
+	CHECK(inner >= 0 && outer >= 0);
+	ep_add(inner, p.fd, EPOLLIN, 0x1111);
+	ep_add(outer, inner, EPOLLIN, 0x2222);
+	CHECK_EQ(calls_wait_for(inner, POLLIN, 0), 0);
+	CHECK_EQ(calls_select_readable(inner, 0), 0);
+	char c;
+	/* poll sleeps on the set until the byte comes. */
+	calls_post(&p, 'g');
+	CHECK_EQ(calls_wait_for(inner, POLLIN, 5000), POLLIN);
+	CHECK_EQ(calls_wait_for(outer, POLLIN, 0), POLLIN);
+	calls_read_exact(p.fd, &c, 1);
+	CHECK_EQ(c, 'a');
+	CHECK_EQ(calls_wait_for(inner, POLLIN, 0), 0);
+	CHECK_EQ(calls_wait_for(outer, POLLIN, 0), 0);
+	/* select on the set, then poll on the set around it. */
+	calls_post(&p, 'g');
+	CHECK_EQ(calls_select_readable(inner, 5000), 1);
+	CHECK_EQ(calls_select_readable(outer, 0), 1);
+	calls_read_exact(p.fd, &c, 1);
+	CHECK_EQ(c, 'b');
+	CHECK_EQ(calls_select_readable(inner, 0), 0);
+	calls_post(&p, 'g');
+	CHECK_EQ(calls_wait_for(outer, POLLIN, 5000), POLLIN);
+	ep_expect_one(inner, 0x1111, EPOLLIN, 0);
+	calls_read_exact(p.fd, &c, 1);
+	CHECK_EQ(c, 'c');
+	ep_expect_none(outer, 0);
+	CHECK_EQ(calls_wait_for(outer, POLLIN, 0), 0);
+	/* The peer's close. */
+	calls_post(&p, 'c');
+	CHECK_EQ(calls_wait_for(inner, POLLIN, 5000), POLLIN);
+	ep_expect_one(inner, 0x1111, EPOLLIN, 0);
+	calls_expect_eof(p.fd);
+	close(outer);
+	close(inner);
+	calls_pair_close(&p);
+}
+
 /* epoll_pwait: the signal mask is swapped in for the call; readiness as epoll_wait. */
 static void case_pwait(CALLS_ARGS)
 {
@@ -900,6 +959,7 @@ static const struct calls_case cases[] = {
 	{"mixed", case_mixed},
 	{"multi_set", case_multi_set},
 	{"nested", case_nested},
+	{"nested_poll", case_nested_poll},
 	{"pwait", case_pwait},
 	{"pwait2", case_pwait2},
 	{"wait_eintr", case_wait_eintr},

@@ -546,21 +546,6 @@ static int ep_make(int fd, uint32_t events)
 	return ep;
 }
 
-static int select_readable(int fd, int ms)
-{
-	fd_set rd;
-	struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
-	int r;
-
-	CHECK(fd < FD_SETSIZE);
-	FD_ZERO(&rd);
-	FD_SET(fd, &rd);
-	r = select(fd + 1, &rd, NULL, NULL, &tv);
-	CHECK(r >= 0);
-	CHECK_EQ(r, FD_ISSET(fd, &rd) ? 1 : 0);
-	return r;
-}
-
 static int epoll_count(int ep, int ms)
 {
 	struct epoll_event ev[2];
@@ -609,7 +594,7 @@ static void case_rcvlowat(CALLS_ARGS)
 	calls_post(&p, '5');
 	CHECK_EQ(calls_wait_fionread(p.fd, 5, 5000), 5);
 	CHECK_EQ(calls_wait_for(p.fd, POLLIN, 200), 0);
-	CHECK_EQ(select_readable(p.fd, 200), 0);
+	CHECK_EQ(calls_select_readable(p.fd, 200), 0);
 	CHECK_EQ(epoll_count(lt, 200), 0);
 	CHECK_EQ(epoll_count(et, 0), 0);
 	CHECK_EQ(calls_fionread(p.fd), 5);
@@ -617,7 +602,7 @@ static void case_rcvlowat(CALLS_ARGS)
 	calls_post(&p, 'n');
 	CHECK_EQ(calls_wait_for(p.fd, POLLIN, 5000), POLLIN);
 	CHECK_EQ(calls_fionread(p.fd), 10);
-	CHECK_EQ(select_readable(p.fd, 0), 1);
+	CHECK_EQ(calls_select_readable(p.fd, 0), 1);
 	CHECK_EQ(epoll_count(lt, 0), 1);
 	CHECK_EQ(epoll_count(et, 0), 1);
 	CHECK_EQ(recv(p.fd, buf, sizeof(buf), 0), 10);
@@ -730,7 +715,7 @@ static void case_rcvlowat_big(CALLS_ARGS)
 	 * (tcp_epollin_ready), and a look right after may find the window open again.
 	 */
 	CHECK_EQ(calls_wait_for(p.fd, POLLIN, 10000), POLLIN);
-	CHECK_EQ(select_readable(p.fd, 10000), 1);
+	CHECK_EQ(calls_select_readable(p.fd, 10000), 1);
 	CHECK_EQ(epoll_count(lt, 10000), 1);
 	calls_recv_pat(p.fd, 0, (size_t)mark, 41);
 	close(lt);

@@ -15,6 +15,9 @@ CASES = {
     "rdhup": "EPOLLRDHUP on peer SHUT_WR; EPOLLHUP when both shut (unrequested); EPOLLERR on RST",
     "multi_set": "one socket in two sets (LT and ET) with their own data; DEL from one only",
     "nested": "epoll fd in an epoll fd: outer reports inner readable as long as the socket is",
+    "nested_poll": "poll and select on an epoll fd (and on one nesting it) sleep until the "
+                   "socket's bytes or its peer's close come, and report it readable exactly "
+                   "while the socket is",
     "pwait": "epoll_pwait timeout; sigmask gives EINTR for a pending signal; readiness",
     "pwait2": "epoll_pwait2 timespec timeout, zero timeout, NULL timeout (skips without it)",
     "wait_eintr": "epoll_wait returns EINTR on a signal even with SA_RESTART",
