@@ -102,15 +102,17 @@ SHM_PREFIX = "ulsock."
 # (NET_DUPLEX_LEN in tests/helpers/net_util.h).
 DUPLEX_HEADER = 56
 # The library keeps its own descriptors at 900 and up (src/os/ownfd.c); the figures
-# split them from the program's. Among them, the wake-up bells (eventfds, src/core/bell.h)
-# are reused: their number follows the threads alive at once, never the connections made,
-# so a thread-per-connection server may gain one when two connection threads first
-# overlap. They are bounded instead of compared (as in tests/integration/test_net_leaks.py).
+# split them from the program's. Among them, the wake-up bells (pipes, src/core/bell.h)
+# are reused: their number follows the threads and epoll sets alive at once, never the
+# connections made, so a thread-per-connection server may gain one when two connection
+# threads first overlap. They are bounded instead of compared (as in
+# tests/integration/test_net_leaks.py), and so are the peers' bells a process opened to
+# wake them (src/transport/shm/wakepipe.c: 64 at most, one per peer process and bell).
 # The spare segment (src/transport/shm/segment.h), an unnamed file in /dev/shm, is made at
 # the client's next sleep after a connect used the last one: whether it exists at a pause
 # depends on timing, so it is bounded too (one at most).
-LIB_FD_MIN = 900
 BELLS_MAX = 16
+WAKE_PIPES_MAX = 64
 SPARES_MAX = 1
 GIB = 1 << 30
 MIB = 1 << 20
@@ -325,28 +327,13 @@ def _stop_leftovers():
 
 def fd_counts(pid):
     """PID's descriptors: all of them, the program's, and the library's (900 and up) in
-    three: its bells, its spare segment, and the others."""
-    counts = {"fds": 0, "fds_program": 0, "fds_library": 0, "fds_bells": 0, "fds_spare": 0}
-    for name in os.listdir("/proc/%d/fd" % pid):
-        counts["fds"] += 1
-        if int(name) < LIB_FD_MIN:
-            counts["fds_program"] += 1
-            continue
-        try:
-            target = os.readlink("/proc/%d/fd/%s" % (pid, name))
-        except OSError:
-            continue
-        if target == "anon_inode:[eventfd]":
-            counts["fds_bells"] += 1
-        elif target.startswith(SHM_DIR + "/#"):
-            counts["fds_spare"] += 1
-        else:
-            counts["fds_library"] += 1
-    return counts
+    four: its bells, the other processes' bells it opened, its spare segment, and the
+    others (ulstest.procs.lib_fds)."""
+    return {("fds_" + k if k != "fds" else k): v for k, v in procs.lib_fds(pid).items()}
 
 
 def fd_kinds(pid):
-    """What PID's descriptors are, counted by kind ("socket", "anon_inode:[eventfd]", a
+    """What PID's descriptors are, counted by kind ("socket", "pipe", a
     path with its numbers as N), so that a descriptor gained can be told at a glance."""
     kinds = {}
     for name in os.listdir("/proc/%d/fd" % pid):
@@ -356,7 +343,7 @@ def fd_kinds(pid):
             continue
         kind = re.sub(r"^(socket|pipe):\[\d+\]$", r"\1", target)
         kind = re.sub(r"\d+", "N", kind) if kind.startswith("/") else kind
-        kind = ("library " if int(name) >= LIB_FD_MIN else "program ") + kind
+        kind = ("library " if int(name) >= procs.LIB_FD_MIN else "program ") + kind
         kinds[kind] = kinds.get(kind, 0) + 1
     return dict(sorted(kinds.items()))
 
@@ -732,15 +719,16 @@ def run_cycles(ctx, args, part):
                "exit %s%s" % (server_rc, "" if server_rc == 0 else ":\n" + server.tail()))
     for role in ("server", "client"):
         b, a = before[role], after[role]
-        part.check("%s: no descriptor gained (bells %d at most, spares %d)"
-                   % (role, BELLS_MAX, SPARES_MAX),
+        part.check("%s: no descriptor gained (bells %d at most, peers' bells %d, spares %d)"
+                   % (role, BELLS_MAX, WAKE_PIPES_MAX, SPARES_MAX),
                    a["fds_program"] <= b["fds_program"] and a["fds_library"] <= b["fds_library"]
-                   and a["fds_bells"] <= BELLS_MAX and a["fds_spare"] <= SPARES_MAX,
+                   and a["fds_bells"] <= BELLS_MAX and a["fds_wake_pipes"] <= WAKE_PIPES_MAX
+                   and a["fds_spare"] <= SPARES_MAX,
                    "%d -> %d in all: program %d -> %d, library %d -> %d, bells %d -> %d, "
-                   "spare segment %d -> %d"
+                   "peers' bells %d -> %d, spare segment %d -> %d"
                    % (b["fds"], a["fds"], b["fds_program"], a["fds_program"],
                       b["fds_library"], a["fds_library"], b["fds_bells"], a["fds_bells"],
-                      b["fds_spare"], a["fds_spare"]))
+                      b["fds_wake_pipes"], a["fds_wake_pipes"], b["fds_spare"], a["fds_spare"]))
         part.check("%s: RSS grew by %d KiB at most" % (role, tol_kib),
                    a["rss_kib"] - b["rss_kib"] <= tol_kib,
                    "%d -> %d KiB (%+d); mappings %d -> %d"

@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 #include "bell.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
-#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "../os/ownfd.h"
+#include "config.h"
 #include "../os/libc.h"
 
 /*
@@ -18,7 +22,9 @@
 #define SEQ_MASK ((1ull << 48) - 1)
 
 struct bell {
-	int fd;                 /* own descriptor (ownfd.h), valid while made */
+	int fd;                 /* the pipe's read end, own descriptor (ownfd.h), while made */
+	int wfd;                /* its write end, own descriptor */
+	uint64_t ino;           /* the pipe's inode (uls_bell_pipe) */
 	int made;
 	int in_use;             /* a thread or an epoll set has it (under mu) */
 	_Atomic uint64_t waits; /* waits begun: registrations hold the count of theirs */
@@ -33,7 +39,27 @@ static pthread_key_t thread_key;
 static __thread int mine __attribute__((tls_model("initial-exec"))) = -1;
 __thread int uls_bell_current __attribute__((tls_model("initial-exec"))) = -1;
 
-/* A free bell with its eventfd, or -1. */
+/* Makes bell b's pipe: 0, or -1 when the process has no descriptors to spare. */
+static int bell_make(struct bell *b)
+{
+	int p[2];
+	struct stat st;
+
+	if (pipe2(p, O_NONBLOCK | O_CLOEXEC) < 0)
+		return -1;
+	if (fstat(p[0], &st) < 0) {
+		uls_libc.close(p[0]);
+		uls_libc.close(p[1]);
+		return -1;
+	}
+	uls_own_fd_take(p[0], &b->fd);
+	uls_own_fd_take(p[1], &b->wfd);
+	b->ino = (uint64_t)st.st_ino;
+	b->made = 1;
+	return 0;
+}
+
+/* A free bell with its pipe, or -1. */
 static int bell_take(void)
 {
 	int i, got = -1;
@@ -42,14 +68,8 @@ static int bell_take(void)
 	for (i = 0; i < nbells && got < 0; i++)
 		if (!bells[i].in_use && bells[i].made)
 			got = i;
-	if (got < 0 && nbells < MAX_BELLS) {
-		int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-		if (fd >= 0) {
-			got = nbells++;
-			uls_own_fd_take(fd, &bells[got].fd);
-			bells[got].made = 1;
-		}
-	}
+	if (got < 0 && nbells < MAX_BELLS && bell_make(&bells[nbells]) == 0)
+		got = nbells++;
 	if (got >= 0)
 		bells[got].in_use = 1;
 	pthread_mutex_unlock(&mu);
@@ -98,6 +118,15 @@ int uls_bell_fd(int bell)
 	return bell >= 0 && bell < MAX_BELLS && bells[bell].made ? bells[bell].fd : -1;
 }
 
+int uls_bell_pipe(int bell, uint64_t *who, uint64_t *ino)
+{
+	if (bell < 0 || bell >= MAX_BELLS || !bells[bell].made || bells[bell].fd < 0)
+		return 0;
+	*who = (uint64_t)(uint32_t)uls_pid() << 32 | (uint32_t)bells[bell].fd;
+	*ino = bells[bell].ino;
+	return 1;
+}
+
 /*
  * The count goes first, then the mark. The other order loses rings: a ring that came
  * between them (mark set again, count written) had its count read away and left its
@@ -109,10 +138,13 @@ int uls_bell_fd(int bell)
  */
 void uls_bell_clear(int bell)
 {
-	uint64_t v;
+	char buf[64];
+	ssize_t r;
 
-	ssize_t r = uls_libc.read(bells[bell].fd, &v, sizeof(v));
-	(void)r;
+	/* Rings of this process and wake-ups of peers (uls_bell_pipe), all of them. */
+	do
+		r = uls_libc.read(bells[bell].fd, buf, sizeof(buf));
+	while (r == (ssize_t)sizeof(buf) || (r < 0 && errno == EINTR));
 	(void)atomic_exchange(&bells[bell].pending, 0);
 }
 
@@ -160,12 +192,21 @@ int uls_bells_add(struct uls_bells *b, int bell)
 
 static void ring(int bell)
 {
-	uint64_t one = 1;
-
 	if (atomic_exchange(&bells[bell].pending, 1))
 		return; /* rung already, not cleared yet */
-	ssize_t r = uls_libc.write(bells[bell].fd, &one, sizeof(one));
+	/* A full pipe is readable already. */
+	ssize_t r = uls_libc.write(bells[bell].wfd, "", 1);
 	(void)r;
+}
+
+int uls_bells_others(struct uls_bells *b, int bell)
+{
+	for (int i = 0; i < ULS_BELL_SLOTS; i++) {
+		uint64_t v = atomic_load(&b->slot[i]);
+		if (v && !stale(v) && (int)(v >> 48) - 1 != bell)
+			return 1;
+	}
+	return 0;
 }
 
 void uls_bells_ring_others(struct uls_bells *b)
@@ -188,9 +229,11 @@ void uls_bell_atfork_child(void)
 {
 	pthread_mutex_init(&mu, NULL);
 	for (int i = 0; i < nbells; i++) {
-		/* The parent's eventfds: a ring from here would wake the parent's threads. */
-		if (bells[i].made)
+		/* The parent's pipes: a ring from here would wake the parent's threads. */
+		if (bells[i].made) {
 			uls_own_fd_close(&bells[i].fd);
+			uls_own_fd_close(&bells[i].wfd);
+		}
 		bells[i].made = 0;
 		bells[i].in_use = 0;
 		atomic_store(&bells[i].pending, 0);

@@ -17,7 +17,12 @@
  *
  * A registration is only valid for the wait that made it: each bell counts its waits,
  * and a registration holds the count it was made at. Stale ones are ignored and
- * reused, so waits never deregister. Single-threaded processes use no bells.
+ * reused, so waits never deregister. Single-threaded processes register no bells.
+ *
+ * A bell is a pipe, and a peer process may open it through /proc/PID/fd and write it
+ * instead of sending a wake-up byte on TCP (transport/shm/wakepipe.h): so every sleeper
+ * in poll, select or epoll_wait, single-threaded ones too, has one in its wait set, and
+ * arms its connections with it (uls_conn_arm).
  */
 #ifndef ULS_BELL_H
 #define ULS_BELL_H
@@ -48,8 +53,13 @@ int uls_bell_thread(void);
 /* A bell for an epoll set; -1 when none can be had. uls_bell_put gives it back. */
 int uls_bell_get(void);
 void uls_bell_put(int bell);
-/* The eventfd of a bell, for a kernel wait set. */
+/* The read end of a bell's pipe, for a kernel wait set. */
 int uls_bell_fd(int bell);
+/*
+ * Where a peer finds bell's pipe: *who = pid << 32 | read end's number, *ino its inode.
+ * 0 when bell is none.
+ */
+int uls_bell_pipe(int bell, uint64_t *who, uint64_t *ino);
 
 /*
  * A new wait of bell starts: rings from earlier waits are cleared and their registrations
@@ -64,6 +74,8 @@ void uls_bell_clear(int bell);
  * other bells (the caller then bounds its sleep).
  */
 int uls_bells_add(struct uls_bells *b, int bell);
+/* Is another bell's wait than bell's registered with the connection? */
+int uls_bells_others(struct uls_bells *b, int bell);
 /* After wake-up bytes of the connection were consumed: rings the others' bells. */
 void uls_bells_ring_others(struct uls_bells *b);
 /* In a fork child: registrations name the parent's bells. */

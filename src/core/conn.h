@@ -238,9 +238,9 @@ static inline int uls_conn_ready(struct uls_conn *c, int events)
 	return c->tp->ready(c, events);
 }
 
-static inline void uls_conn_arm(struct uls_conn *c, int events)
+static inline void uls_conn_arm(struct uls_conn *c, int events, int bell)
 {
-	c->tp->arm(c, events);
+	c->tp->arm(c, events, bell);
 }
 
 static inline int uls_conn_sleep_recv(struct uls_conn *c, int fd)

@@ -79,12 +79,15 @@ static void refresh(struct uls_epoll *ep, int epfd, struct epreg *r)
 
 static int inner_ready(struct uls_epoll *ep, int arm, int bell, int *bounded, int depth);
 
-/* Arms c for a sleep, bell (>= 0) joining c first (bell.h); *bounded set where it cannot. */
+/*
+ * Arms c for a sleep on bell (-1: none), which joins c first in a multi-threaded process
+ * (bell.h); *bounded set where it cannot.
+ */
 static void arm_with(struct uls_conn *c, int events, int bell, int *bounded)
 {
-	if (bell >= 0 && !uls_bells_add(&c->bells, bell))
+	if (bell >= 0 && !ULS_SINGLE_THREADED() && !uls_bells_add(&c->bells, bell))
 		*bounded = 1;
-	uls_conn_arm(c, events);
+	uls_conn_arm(c, events, bell);
 }
 
 /* Arms c for a wait on ep, its bell joining c first when it has one. */
@@ -94,14 +97,13 @@ static void arm_conn(struct uls_epoll *ep, struct uls_conn *c, int events)
 }
 
 /*
- * Before a wait that arms in a multi-threaded process: the set's bell (made and put into
- * the kernel set on first use, edge-triggered, tagged) starts a new wait.
+ * Before a wait that arms: the set's bell (made and put into the kernel set on first use,
+ * edge-triggered, tagged) starts a new wait. Without one, a multi-threaded process sleeps
+ * in bounded slices (bell.h).
  */
 static void bell_begin(struct uls_epoll *ep, int epfd)
 {
 	ep->bounded = 0;
-	if (ULS_SINGLE_THREADED())
-		return;
 	if (ep->bell < 0) {
 		int bell = uls_bell_get();
 		struct epoll_event kev = {.events = EPOLLIN | EPOLLET, .data.u64 = BELL_TAG};
@@ -112,7 +114,7 @@ static void bell_begin(struct uls_epoll *ep, int epfd)
 		ep->bell = bell;
 	}
 	if (ep->bell < 0) {
-		ep->bounded = 1;
+		ep->bounded = !ULS_SINGLE_THREADED();
 		return;
 	}
 	uls_bell_begin(ep->bell);

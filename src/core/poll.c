@@ -180,16 +180,16 @@ static int any_user_ready(struct pollfd *fds, struct pollsrc *src, nfds_t n)
 }
 
 /*
- * Before the first sleep of a poll in a multi-threaded process: the thread's bell joins
- * the kernel wait set (at k[n]) and becomes the current one. Returns the bell or -1;
- * *bounded is set when the sleep must not last.
+ * Before the first sleep of a poll: the thread's bell joins the kernel wait set (at k[n])
+ * and becomes the current one. Returns the bell or -1; *bounded is set when the sleep
+ * must not last (another thread could take a wake-up this one needs: bell.h).
  */
 static int poll_bell(struct pollfd *k, nfds_t n, int *bounded)
 {
 	int bell = uls_bell_thread();
 
 	if (bell < 0) {
-		*bounded = 1;
+		*bounded = !ULS_SINGLE_THREADED();
 		return -1;
 	}
 	uls_bell_begin(bell);
@@ -203,7 +203,7 @@ int uls_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *m
 	struct pollfd kst[66], *k = kst;
 	struct pollsrc sst[64], *src = sst;
 	uint64_t start = uls_now_ns(), deadline = start + (uint64_t)(timeout_ns > 0 ? timeout_ns : 0);
-	int nconn = 0, r, bell = -1, bounded = 0, was_current = uls_bell_current;
+	int nconn = 0, r, bell = -1, bounded = 0, tried_bell = 0, was_current = uls_bell_current;
 	unsigned spins = 0;
 	struct uls_spin spin;
 
@@ -243,15 +243,16 @@ int uls_poll(struct pollfd *fds, nfds_t n, int64_t timeout_ns, const sigset_t *m
 		} else if (uls_spin_more(&spin)) {
 			continue;
 		} else {
-			if (bell < 0 && !bounded && !ULS_SINGLE_THREADED())
+			if (bell < 0 && !bounded && !tried_bell++)
 				bell = poll_bell(k, n, &bounded);
 			for (nfds_t i = 0; i < n; i++) {
 				struct pollsrc *s = &src[i];
 				/* The bell first, then the arm (bell.h). */
-				if (s->c && bell >= 0 && !uls_bells_add(&s->c->bells, bell))
+				if (s->c && bell >= 0 && !ULS_SINGLE_THREADED() &&
+				    !uls_bells_add(&s->c->bells, bell))
 					bounded = 1;
 				if (s->c)
-					uls_conn_arm(s->c, fds[i].events);
+					uls_conn_arm(s->c, fds[i].events, bell);
 				else if (s->ep)
 					uls_epoll_rings_ready(s->ep, 1, bell, &bounded);
 			}

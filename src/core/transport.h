@@ -117,8 +117,9 @@ struct uls_transport_ops {
 	/* Readiness of the other parts: POLLIN, POLLOUT, POLLRDHUP, POLLHUP, POLLERR. */
 	int (*ready)(struct uls_conn *c, int events);
 	/* Before a sleep in the kernel on the socket: make the socket readable when the
-	 * parts named in events change. */
-	void (*arm)(struct uls_conn *c, int events);
+	 * parts named in events change, or make bell (core/bell.h) readable, which is in
+	 * the same kernel wait set, where the transport can (-1: none). */
+	void (*arm)(struct uls_conn *c, int events, int bell);
 	/* The kernel said the socket is readable: take what arm asked for off it. */
 	void (*drain)(struct uls_conn *c, int fd);
 	/* While the kernel decides readability (ULS_KERNEL_RX), it reported the end of the

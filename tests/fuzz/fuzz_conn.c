@@ -548,8 +548,8 @@ static void server_ctl(struct fz *f, uint64_t v)
 		/* Another process may hold the socket from now on (fork, SCM_RIGHTS). */
 		if ((v >> 3) & 1)
 			uls_conn_mark_shared_all();
-		else
-			uls_shm_arm(f->c, POLLIN | POLLOUT);
+		else /* as poll and epoll_wait arm: naming a pipe (the thread's bell), or not */
+			uls_shm_arm(f->c, POLLIN | POLLOUT, (v >> 4) & 1 ? uls_bell_thread() : -1);
 		break;
 	}
 }

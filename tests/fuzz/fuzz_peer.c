@@ -39,9 +39,11 @@ static const struct field {
 	{C2S(prod.tail), 8, A_RHEAD},    {C2S(prod.eof), 4, A_NONE},
 	{C2S(prod.want_space), 4, A_NONE}, {S2C(cons.head), 8, A_TTAIL},
 	{S2C(cons.want_data), 4, A_NONE}, {S2C(cons.closed), 4, A_NONE},
+	{S2C(cons.data_pipe.who), 8, A_NONE}, {S2C(cons.data_pipe.ino), 8, A_NONE},
+	{C2S(prod.space_pipe.who), 8, A_NONE}, {C2S(prod.space_pipe.ino), 8, A_NONE},
 };
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
-_Static_assert(NFIELDS == 22, "gen_corpus.py: FIELDS");
+_Static_assert(NFIELDS == 26, "gen_corpus.py: FIELDS");
 
 /*
  * The ranges only the client may write, and whether the server may clear bits of them (a
@@ -58,9 +60,11 @@ static const struct fuzz_range peer_ranges[] = {
 	{C2S(prod.tail), 8, 0},
 	{C2S(prod.eof), 4, 0},
 	{C2S(prod.want_space), 4, 1},
+	{C2S(prod.space_pipe), sizeof(struct uls_wake_pipe), 0},
 	{S2C(cons.head), 8, 0},
 	{S2C(cons.want_data), 4, 1},
 	{S2C(cons.closed), 4, 0},
+	{S2C(cons.data_pipe), sizeof(struct uls_wake_pipe), 0},
 };
 
 void fz_peer_snap(struct fz *f)

@@ -196,9 +196,11 @@ static const struct fuzz_range srv_ranges[] = {
 	{S2C(prod.tail), 8, 0},
 	{S2C(prod.eof), 4, 0},
 	{S2C(prod.want_space), 4, 1},
+	{S2C(prod.space_pipe), sizeof(struct uls_wake_pipe), 0},
 	{C2S(cons.head), 8, 0},
 	{C2S(cons.want_data), 4, 1},
 	{C2S(cons.closed), 4, 0},
+	{C2S(cons.data_pipe), sizeof(struct uls_wake_pipe), 0},
 };
 
 void fzc_snap(struct fzc *f)
@@ -227,9 +229,11 @@ static const struct field {
 	{S2C(prod.tail), 8},       {S2C(prod.eof), 4},        {S2C(prod.want_space), 4},
 	{C2S(cons.head), 8},       {C2S(cons.want_data), 4},  {C2S(cons.closed), 4},
 	{SRV(switched), 4},
+	{C2S(cons.data_pipe.who), 8}, {C2S(cons.data_pipe.ino), 8},
+	{S2C(prod.space_pipe.who), 8}, {S2C(prod.space_pipe.ino), 8},
 };
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
-_Static_assert(NFIELDS == 22, "gen_corpus.py: SRV_FIELDS");
+_Static_assert(NFIELDS == 26, "gen_corpus.py: SRV_FIELDS");
 
 static void srv_set(struct fzc *f, uint64_t v)
 {
@@ -632,7 +636,8 @@ static void client_ctl(struct fzc *f, uint64_t v)
 		uls_conn_drain(f->c, f->cfd);
 		break;
 	case 3:
-		uls_conn_arm(f->c, POLLIN | POLLOUT);
+		/* As poll and epoll_wait arm: naming a pipe (the thread's bell), or not. */
+		uls_conn_arm(f->c, POLLIN | POLLOUT, (v >> 3) & 1 ? uls_bell_thread() : -1);
 		break;
 	case 4: {
 		static const int how[3] = {SHUT_WR, SHUT_RD, SHUT_RDWR};

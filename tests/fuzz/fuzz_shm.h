@@ -32,7 +32,7 @@
 	} while (0)
 
 /* gen_corpus.py: MAGIC, VERSION, HDR, IDENT_SIZE, SIDE_SIZE, RING_HDR, RINGS_OFF. */
-_Static_assert(ULS_SEG_MAGIC == 0x0031474553534c55ULL && ULS_SEG_VERSION == 3,
+_Static_assert(ULS_SEG_MAGIC == 0x0031474553534c55ULL && ULS_SEG_VERSION == 4,
 	       "seed layout: magic and version");
 _Static_assert(ULS_SEG_HDR_SIZE == 4096 && sizeof(struct uls_seg_ident) == 128,
 	       "seed layout: header page and identity");

@@ -32,7 +32,7 @@ import os
 import struct
 
 MAGIC = 0x0031474553534C55  # "ULSSEG1"
-VERSION = 3
+VERSION = 4
 HDR = 4096
 RING_MIN = 4096
 IDENT_SIZE = 128
@@ -277,7 +277,8 @@ ATTACHED, CLOSED = 0x1, 0x4
 FIELDS = ["state", "pid", "switch_pos", "switched", "tcp_data", "tokens_sent", "light_fence",
           "tokens_closed", "tokens_refused", "revert_req", "tx_reverted", "revert_ring_end",
           "revert_tcp_pos", "rx_back", "multi", "tokens_seen", "c2s_tail", "c2s_eof",
-          "c2s_want_space", "s2c_head", "s2c_want_data", "s2c_closed"]
+          "c2s_want_space", "s2c_head", "s2c_want_data", "s2c_closed",
+          "s2c_data_pipe_who", "s2c_data_pipe_ino", "c2s_space_pipe_who", "c2s_space_pipe_ino"]
 RAW, NEAR, SPAN, TOP = range(4)
 # Operations: SET, PUBLISH, TCP, CONSUME, STEP (client); RECV, SEND, CTL (server).
 SET, PUBLISH, TCP, CONSUME, STEP, RECV, SEND, CTL = range(8)
@@ -510,7 +511,8 @@ def stat_seeds():
 SRV_FIELDS = ["state", "reason", "cookie", "tcp_data", "tokens_sent", "light_fence",
               "tokens_closed", "tokens_refused", "tokens_seen", "revert_req", "tx_reverted",
               "revert_ring_end", "revert_tcp_pos", "rx_back", "multi", "s2c.tail", "s2c.eof",
-              "s2c.want_space", "c2s.head", "c2s.want_data", "c2s.closed", "switched"]
+              "s2c.want_space", "c2s.head", "c2s.want_data", "c2s.closed", "switched",
+              "c2s.data_pipe.who", "c2s.data_pipe.ino", "s2c.pipe.who", "s2c.pipe.ino"]
 S_SET, S_PUBLISH, S_TCP, S_CONSUME, S_STEP, C_RECV, C_SEND, C_CTL = range(8)
 ATTACH, S_REVERT, S_SERVE, S_FOLLOW, S_SHUT, S_CLOSE = range(6)
 RECV_PEEK, RECV_WAITALL = 1 << 14, 1 << 15

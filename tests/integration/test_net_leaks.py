@@ -10,6 +10,7 @@ import time
 import pytest
 
 from conftest import check_paths, kv, proc_map_count, proc_rss_kib, shm_entries, start_net_server
+from ulstest import procs
 
 WARMUP = 500
 CYCLES = 10000
@@ -18,31 +19,19 @@ MAPS_TOLERANCE = 8
 # The library keeps its own descriptors at 900 and up, one of each at most: the log file
 # (src/core/log.c), the `ulsock stat` record (src/core/stat.c), the sock_diag socket
 # (src/core/handshake.c) and the spare segment (src/transport/shm/segment.h). Besides them,
-# one wake-up bell (an eventfd, src/core/bell.h) per thread that slept on an accelerated
-# socket while another thread ran: bells are reused, so their number follows the threads
-# alive at once, never the connections made.
-LIB_FD_MIN = 900
+# wake-up bells (pipes, src/core/bell.h), one per thread and epoll set that slept on an
+# accelerated socket: bells are reused, so their number follows the threads alive at once,
+# never the connections made; and the peers' bells it opened to wake them
+# (src/transport/shm/wakepipe.c: one per peer process and bell, 64 at most).
 LIB_FDS_MAX = 4
 BELLS_MAX = 16
+WAKE_PIPES_MAX = 64
 
 
 def fd_counts(pid):
-    """(the program's descriptors, the library's, the library's bells) of PID."""
-    prog = lib = bells = 0
-    for name in os.listdir(f"/proc/{pid}/fd"):
-        fd = int(name)
-        if fd < LIB_FD_MIN:
-            prog += 1
-            continue
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{name}")
-        except OSError:
-            continue
-        if target == "anon_inode:[eventfd]":
-            bells += 1
-        else:
-            lib += 1
-    return prog, lib, bells
+    """(the program's descriptors, the library's, its bells, the peers' bells it holds)."""
+    k = procs.lib_fds(pid)
+    return k["program"], k["library"] + k["spare"], k["bells"], k["wake_pipes"]
 
 
 def settled_fds(pid, timeout=5.0):
@@ -61,8 +50,8 @@ def settled_fds(pid, timeout=5.0):
 def snapshot(procs):
     snap = {"shm": len(shm_entries("")), "shm_ulsock": shm_entries()}
     for p in procs:
-        fds, lib_fds, bells = settled_fds(p.pid)
-        snap[p.name] = {"fds": fds, "lib_fds": lib_fds, "bells": bells,
+        fds, lib_fds, bells, wake_pipes = settled_fds(p.pid)
+        snap[p.name] = {"fds": fds, "lib_fds": lib_fds, "bells": bells, "wake_pipes": wake_pipes,
                         "maps": proc_map_count(p.pid),
                         "rss": proc_rss_kib(p.pid)}
     return snap
@@ -95,8 +84,9 @@ def test_open_close_cycles_do_not_leak(uls, loop):
     for p in (client, server):
         b, a = before[p.name], after[p.name]
         assert a["fds"] <= b["fds"], f"{p.name} fds grew {b['fds']} -> {a['fds']}"
-        assert a["lib_fds"] <= LIB_FDS_MAX, f"{p.name} holds {a['lib_fds']} fds >= {LIB_FD_MIN}"
+        assert a["lib_fds"] <= LIB_FDS_MAX, f"{p.name} holds {a['lib_fds']} fds >= {procs.LIB_FD_MIN}"
         assert a["bells"] <= BELLS_MAX, f"{p.name} holds {a['bells']} bells"
+        assert a["wake_pipes"] <= WAKE_PIPES_MAX, f"{p.name} holds {a['wake_pipes']} peers' bells"
         assert a["maps"] <= b["maps"] + MAPS_TOLERANCE, \
             f"{p.name} mappings grew {b['maps']} -> {a['maps']}"
         assert a["rss"] <= b["rss"] + RSS_TOLERANCE_KIB, \

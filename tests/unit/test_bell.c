@@ -4,14 +4,14 @@
  *
  * A sleeper clears its bell when the kernel says it rang, while another thread may be
  * ringing it again for a wake-up byte it just consumed. Whatever the interleaving, once
- * both are done the bell must still be able to ring: the next ring makes its eventfd
+ * both are done the bell must still be able to ring: the next ring makes its pipe
  * readable. A clear that forgot the ring's "pending" mark but kept its count, or kept
  * the mark after reading the count away, would swallow every later ring, and the
  * sleeper it was meant for would sleep until its timeout (a JVM's "Read timed out").
  *
  * Each round starts from a bell that rang; the main thread clears it while a second
  * thread rings it, both released at once with a random stagger; then the main thread
- * rings once more and the eventfd must be readable.
+ * rings once more and the pipe must be readable.
  */
 #include <poll.h>
 #include <pthread.h>

@@ -55,14 +55,14 @@ static void make_busy(struct busy *b, uint64_t seed, uint64_t pre, uint64_t up, 
 	CHECK_EQ(pair_path(&b->srv), ULS_PATH_SHM);
 	if (read_pre)
 		stream_recv_to(&b->srv, &b->up, pre, &b->rng);
-	uls_conn_arm(b->cli.c, POLLIN);
+	uls_conn_arm(b->cli.c, POLLIN, -1);
 	stream_send_to(&b->srv, &b->down, down, &b->rng);
 	CHECK_U64(atomic_load(&shm_of(b->srv.c)->me->tokens_sent), >=, 1);
 	if (!up) {
 		CHECK_U64(atomic_load(&shm_of(b->cli.c)->me->switched), ==, 0);
 		return;
 	}
-	uls_conn_arm(b->srv.c, POLLIN);
+	uls_conn_arm(b->srv.c, POLLIN, -1);
 	stream_send_to(&b->cli, &b->up, pre + up, &b->rng);
 	CHECK_EQ(pair_path(&b->cli), ULS_PATH_SHM);
 	CHECK_U64(atomic_load(&shm_of(b->cli.c)->me->switch_pos), ==, pre);

@@ -399,7 +399,7 @@ static void case_deleted(struct set *st, struct conn *k, const struct subject *s
 	/* A receiver about to sleep asked for a wake-up: the peer's send puts a byte on TCP,
 	 * the kernel reports the ghost's socket, and ulsock deletes it for good. */
 	if (on_ring(me))
-		uls_conn_arm(me->c, POLLIN);
+		uls_conn_arm(me->c, POLLIN, -1);
 	put(peer, 'c');
 	kernel_ready(me->fd, POLLIN);
 	expect_none(st);
@@ -565,7 +565,7 @@ static void case_reused(const struct subject *s, enum reuse how)
 	expect_none(&st);
 	if (kept.fd >= 0) {
 		if (on_ring(&kept))
-			uls_conn_arm(kept.c, POLLIN);
+			uls_conn_arm(kept.c, POLLIN, -1);
 		put(op, 'p');
 		kernel_ready(kept.fd, POLLIN);
 		expect_none(&st);

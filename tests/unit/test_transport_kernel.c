@@ -73,7 +73,7 @@ int main(void)
 	CHECK_INT(uls_conn_kernel_parts(c), ==, ULS_KERNEL_RX | ULS_KERNEL_TX);
 	CHECK_INT(uls_conn_ready(c, POLLIN | POLLOUT), ==, 0);
 	CHECK_INT(uls_conn_sleep_recv(c, cfd), ==, 0);
-	uls_conn_arm(c, POLLIN);
+	uls_conn_arm(c, POLLIN, -1);
 	uls_conn_drain(c, cfd);
 
 	/* Bytes both ways, with the kernel's counts. */

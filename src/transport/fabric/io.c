@@ -1020,7 +1020,7 @@ static int fab_ready(struct uls_conn *c, int events)
 
 /* Before a sleep: no completion left unread, so the wait descriptor will report the next
  * (the sleeper's set holds it: transport.h, wait_fd). */
-static void fab_arm(struct uls_conn *c, int events)
+static void fab_arm(struct uls_conn *c, int events, int bell)
 {
 	struct fab_conn *f = fab_of(c);
 

@@ -91,7 +91,7 @@ static int k_ready(struct uls_conn *c, int events)
 	return 0;
 }
 
-static void k_arm(struct uls_conn *c, int events)
+static void k_arm(struct uls_conn *c, int events, int bell)
 {
 }
 

@@ -26,6 +26,7 @@
 #include "fence.h"
 #include "guard.h"
 #include "shmlock.h"
+#include "wakepipe.h"
 
 static void bind_role(struct uls_conn *c, int role)
 {
@@ -356,6 +357,12 @@ static void shm_process_init(void)
 			 strerror(-err));
 }
 
+static void shm_atfork_child(void)
+{
+	uls_seg_atfork_child();
+	uls_wakepipe_atfork_child();
+}
+
 static void shm_idle(void)
 {
 	uls_seg_reap();
@@ -401,7 +408,7 @@ const struct uls_transport_ops uls_shm_transport = {
 	.idle = shm_idle,
 	.fd_shortage = uls_seg_spare_yield,
 	.uid_changed = uls_seg_spare_drop,
-	.atfork_child = uls_seg_atfork_child,
+	.atfork_child = shm_atfork_child,
 	.exec_begin = uls_guard_exec_begin,
 	.exec_failed = uls_guard_exec_failed,
 	.sigaction = shm_sigaction,

@@ -34,6 +34,7 @@
 #include "fence.h"
 #include "guard.h"
 #include "shmlock.h"
+#include "wakepipe.h"
 
 /* The few steps every send and receive takes: inlined into each call, whatever the callers. */
 #define ULS_HOT inline __attribute__((always_inline))
@@ -344,15 +345,32 @@ static int wait_rung(struct uls_conn *c, int fd, uint64_t deadline, int drain, i
 	return r;
 }
 
-/* After moving a ring: wakes the sleepers that *want names (ULS_WANT_*); 1 if any. */
-static int wake_wanted(struct uls_conn *c, int fd, _Atomic uint32_t *want)
+/*
+ * May this side write the peer's pipes (wakepipe.h)? A server knows its client's user
+ * by the segment file's owner; a client knows only who could attach to its file.
+ */
+static int pipe_wakes(struct uls_conn *c)
+{
+	return uls_wakepipe_allowed(c->role == ULS_SERVER ? (long long)shm_of(c)->seg.uid : -1);
+}
+
+/*
+ * After moving a ring: wakes the sleepers that *want names (ULS_WANT_*), through the pipe
+ * wp names where one asked for that and it can be written, else with a byte on TCP;
+ * 1 if any slept.
+ */
+static int wake_wanted(struct uls_conn *c, int fd, _Atomic uint32_t *want,
+		       struct uls_wake_pipe *wp)
 {
 	if (!atomic_load_explicit(want, memory_order_relaxed))
 		return 0;
 	uint32_t w = atomic_exchange(want, 0);
 	if (w & ULS_WANT_FUTEX)
 		uls_futex_wake(want, INT_MAX);
-	if (w & ULS_WANT_TOKEN)
+	int piped = (w & ULS_WANT_PIPE) && pipe_wakes(c) &&
+		    uls_wakepipe_write(atomic_load_explicit(&wp->who, memory_order_relaxed),
+				       atomic_load_explicit(&wp->ino, memory_order_relaxed));
+	if ((w & ULS_WANT_TOKEN) || ((w & ULS_WANT_PIPE) && !piped))
 		uls_conn_send_token(c, fd);
 	return 1;
 }
@@ -362,7 +380,7 @@ static void wake_consumer(struct uls_conn *c, int fd)
 {
 	struct uls_shm_conn *s = shm_of(c);
 	uls_fence_light(&s->me->light_fence);
-	int asleep = wake_wanted(c, fd, &s->tx->sh->cons.want_data);
+	int asleep = wake_wanted(c, fd, &s->tx->sh->cons.want_data, &s->tx->sh->cons.data_pipe);
 	uls_fence_adapt(&s->me->light_fence, &s->fence_streak[TXL], asleep);
 }
 
@@ -371,7 +389,7 @@ static void wake_producer(struct uls_conn *c, int fd)
 {
 	struct uls_shm_conn *s = shm_of(c);
 	uls_fence_light(&s->me->light_fence);
-	int asleep = wake_wanted(c, fd, &s->rx->sh->prod.want_space);
+	int asleep = wake_wanted(c, fd, &s->rx->sh->prod.want_space, &s->rx->sh->prod.space_pipe);
 	uls_fence_adapt(&s->me->light_fence, &s->fence_streak[RXL], asleep);
 }
 
@@ -1728,7 +1746,41 @@ int uls_shm_ready(struct uls_conn *c, int events)
 	return r & (events | POLLERR | POLLHUP);
 }
 
-void uls_shm_arm(struct uls_conn *c, int events)
+/* A wait that is arming in this thread: a signal handler's wait inside it names no pipe. */
+static __thread int arming __attribute__((tls_model("initial-exec")));
+
+/*
+ * What a sleeper in poll, select or epoll_wait asks of the peer's next move: a byte into
+ * its bell's pipe (wakepipe.h) where it is the only sleeper of this side on the
+ * connection, else a byte on TCP, which every sleeper has in its wait set. The pipe named
+ * in the line stays while its want bit is set: another wait that arms meanwhile (another
+ * thread's, with its bell registered first: bell.h; a signal handler's) asks for TCP.
+ */
+static void arm_want(struct uls_conn *c, _Atomic uint32_t *want, struct uls_wake_pipe *wp,
+		     int bell)
+{
+	uint64_t who, ino;
+	uint32_t bit = ULS_WANT_TOKEN;
+
+	if (bell >= 0 && !arming++ && uls_bell_pipe(bell, &who, &ino) &&
+	    !uls_conn_maybe_shared(c) &&
+	    (ULS_SINGLE_THREADED() || !uls_bells_others(&c->bells, bell))) {
+		if (!(atomic_load(want) & ULS_WANT_PIPE)) {
+			atomic_store_explicit(&wp->who, who, memory_order_relaxed);
+			atomic_store_explicit(&wp->ino, ino, memory_order_relaxed);
+			bit = ULS_WANT_PIPE;
+		} else if (atomic_load_explicit(&wp->who, memory_order_relaxed) == who &&
+			   atomic_load_explicit(&wp->ino, memory_order_relaxed) == ino) {
+			bit = ULS_WANT_PIPE;
+		}
+	}
+	/* Seq_cst, as the fence after it: the waker that exchanges the word sees the pipe. */
+	atomic_fetch_or(want, bit);
+	if (bell >= 0)
+		arming--;
+}
+
+void uls_shm_arm(struct uls_conn *c, int events, int bell)
 {
 	struct uls_shm_conn *s = shm_of(c);
 	int parts = uls_shm_kernel_parts(c);
@@ -1739,9 +1791,9 @@ void uls_shm_arm(struct uls_conn *c, int events)
 	 * never learn that the data moved to the ring.
 	 */
 	if ((events & POLLIN) && s->seg.hdr)
-		atomic_fetch_or(&s->rx->sh->cons.want_data, ULS_WANT_TOKEN);
+		arm_want(c, &s->rx->sh->cons.want_data, &s->rx->sh->cons.data_pipe, bell);
 	if ((events & POLLOUT) && !(parts & ULS_KERNEL_TX))
-		atomic_fetch_or(&s->tx->sh->prod.want_space, ULS_WANT_TOKEN);
+		arm_want(c, &s->tx->sh->prod.want_space, &s->tx->sh->prod.space_pipe, bell);
 	if (s->seg.hdr)
 		uls_fence_heavy(&s->peer->light_fence);
 	else

@@ -23,7 +23,7 @@ ssize_t uls_shm_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags);
 int uls_shm_shutdown(struct uls_conn *c, int fd, int how);
 int uls_shm_kernel_parts(struct uls_conn *c);
 int uls_shm_ready(struct uls_conn *c, int events);
-void uls_shm_arm(struct uls_conn *c, int events);
+void uls_shm_arm(struct uls_conn *c, int events, int bell);
 void uls_shm_drain(struct uls_conn *c, int fd);
 void uls_shm_tcp_end(struct uls_conn *c, int fd);
 int uls_shm_sleep_recv(struct uls_conn *c, int fd);

@@ -18,6 +18,17 @@
 #define ULS_CACHELINE 64
 
 /*
+ * The pipe a sleeper in poll, select or epoll_wait waits on besides its socket (its bell,
+ * core/bell.h), for a waker that may open it through /proc/PID/fd/FD: who is PID << 32 |
+ * FD, ino the pipe's inode, which the waker checks on what it opened. Written by the
+ * sleeper before it sets ULS_WANT_PIPE; untrusted (transport/shm/wakepipe.h).
+ */
+struct uls_wake_pipe {
+	_Atomic uint64_t who;
+	_Atomic uint64_t ino;
+};
+
+/*
  * Written only by the producer. The position has a line of its own: the consumer reads it
  * all the time, the flags rarely, and the producer reads the consumer's flags on every
  * send, which must not miss the cache each time the consumer moves its position.
@@ -27,7 +38,8 @@ struct uls_ring_prod {
 	uint8_t pad0[ULS_CACHELINE - 8];
 	_Alignas(ULS_CACHELINE) _Atomic uint32_t eof; /* 1: nothing will follow tail */
 	_Atomic uint32_t want_space; /* ULS_WANT_*: the producer sleeps until head moves */
-	uint8_t pad1[ULS_CACHELINE - 8];
+	struct uls_wake_pipe space_pipe; /* ULS_WANT_PIPE of want_space: where to write */
+	uint8_t pad1[ULS_CACHELINE - 24];
 };
 
 /* Written only by the consumer (want_data is also cleared by the producer). */
@@ -36,17 +48,20 @@ struct uls_ring_cons {
 	uint8_t pad0[ULS_CACHELINE - 8];
 	_Alignas(ULS_CACHELINE) _Atomic uint32_t want_data; /* ULS_WANT_*: the consumer sleeps */
 	_Atomic uint32_t closed; /* 1: the consumer will never read again */
-	uint8_t pad1[ULS_CACHELINE - 8];
+	struct uls_wake_pipe data_pipe; /* ULS_WANT_PIPE of want_data: where to write */
+	uint8_t pad1[ULS_CACHELINE - 24];
 };
 
 /*
  * How a sleeper wants to be woken when the other side moves the ring: a byte on TCP (for
  * poll and epoll, which sleep in the kernel on the socket), a FUTEX_WAKE on the flag word
- * itself (for a call blocked in recv or send), or both. The mover exchanges the word for 0
- * and does what it finds.
+ * itself (for a call blocked in recv or send), a byte into the pipe the line names (poll
+ * and epoll again, where the waker may open it; else the byte on TCP), or several. The
+ * mover exchanges the word for 0 and does what it finds.
  */
 #define ULS_WANT_TOKEN 0x1u
 #define ULS_WANT_FUTEX 0x2u
+#define ULS_WANT_PIPE 0x4u
 
 struct uls_ring_shared {
 	struct uls_ring_prod prod;
@@ -54,7 +69,7 @@ struct uls_ring_shared {
 };
 
 #define ULS_SEG_MAGIC 0x0031474553534c55ULL /* "ULSSEG1" */
-#define ULS_SEG_VERSION 3u
+#define ULS_SEG_VERSION 4u
 #define ULS_SEG_HDR_SIZE 4096u
 
 enum { ULS_SIDE_CLIENT = 0, ULS_SIDE_SERVER = 1 }; /* side[] by role (core/conn.h) */
@@ -143,9 +158,13 @@ _Static_assert(sizeof(struct uls_ring_shared) == 4 * ULS_CACHELINE, "ring header
 ULS_ABI_AT(struct uls_ring_shared, prod.tail, 0);
 ULS_ABI_AT(struct uls_ring_shared, prod.eof, 64);
 ULS_ABI_AT(struct uls_ring_shared, prod.want_space, 68);
+ULS_ABI_AT(struct uls_ring_shared, prod.space_pipe.who, 72);
+ULS_ABI_AT(struct uls_ring_shared, prod.space_pipe.ino, 80);
 ULS_ABI_AT(struct uls_ring_shared, cons.head, 128);
 ULS_ABI_AT(struct uls_ring_shared, cons.want_data, 192);
 ULS_ABI_AT(struct uls_ring_shared, cons.closed, 196);
+ULS_ABI_AT(struct uls_ring_shared, cons.data_pipe.who, 200);
+ULS_ABI_AT(struct uls_ring_shared, cons.data_pipe.ino, 208);
 
 _Static_assert(sizeof(struct uls_seg_ident) == 128, "ident size");
 ULS_ABI_AT(struct uls_seg_ident, magic, 0);

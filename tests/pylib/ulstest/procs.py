@@ -23,6 +23,38 @@ def signal_group(pgid, sig):
         return False
 
 
+# The library keeps its own descriptors at 900 and up (src/os/ownfd.h).
+LIB_FD_MIN = 900
+
+
+def lib_fds(pid):
+    """PID's descriptors by kind: "program" (below LIB_FD_MIN), and of the library's:
+    "bells" (its wake-up bells, src/core/bell.h: pipes it holds both ends of, counted once
+    each), "wake_pipes" (other processes' bells it opened to wake them, one end each:
+    src/transport/shm/wakepipe.c), "spare" (the spare segment, an unnamed file in
+    /dev/shm) and "library" (the rest: log, stat record, sock_diag socket)."""
+    counts = {"fds": 0, "program": 0, "library": 0, "bells": 0, "wake_pipes": 0, "spare": 0}
+    pipes = {}
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        counts["fds"] += 1
+        if int(name) < LIB_FD_MIN:
+            counts["program"] += 1
+            continue
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith("pipe:["):
+            pipes[target] = pipes.get(target, 0) + 1
+        elif target.startswith("/dev/shm/#"):
+            counts["spare"] += 1
+        else:
+            counts["library"] += 1
+    for ends in pipes.values():
+        counts["bells" if ends > 1 else "wake_pipes"] += 1
+    return counts
+
+
 # Fields of /proc/PID/stat counted after the command (which is in parentheses).
 STAT_PPID, STAT_PGRP = 1, 2
 
