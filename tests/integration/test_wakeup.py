@@ -1,0 +1,72 @@
+"""Wake-ups of sleepers in poll, epoll and select (docs/protocol.md section 5): between two
+processes of one user they go through the sleeper's pipe, and the connection's kernel
+TCP sockets carry next to nothing; where a side may not write its peer's pipe
+(ULSOCK_TRUST_UIDS set: a client cannot know its server's user) that side wakes with a
+byte on TCP instead, and nothing is lost either way.
+
+py_sleepy_pingpong.py's two ends, both under ulsock with the efficient profile (a wait
+sleeps at once, so every message wakes the other end), echo N messages of 64 bytes, each
+checked; then, with the connection still open, `ss` reads what the kernel sent on each of
+its two TCP sockets (bytes_sent, which ulsock's own TCP_INFO would correct). With TCP
+wake-ups a message whose reader was asleep costs its writer one byte there: about 40% of
+them on this project's VMs (the trust_uids client), hundreds in a run."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import PLAIN, expect_paths, kv
+
+PINGPONG = Path(__file__).with_name("py_sleepy_pingpong.py")
+N = 1000
+# Bytes a side may put on TCP besides: a client's first message can go there before its
+# server attached; a wake-up or two may (a waker's first try at a pipe it cannot open).
+FIRST = 64
+STRAY = 16
+
+
+def tcp_bytes_sent(port):
+    """{local port: bytes_sent} of the established TCP sockets on PORT, as the kernel counts."""
+    out = subprocess.run(["ss", "-tinH", "state", "established",
+                          f"( sport = :{port} or dport = :{port} )"],
+                         capture_output=True, text=True, timeout=10, check=True).stdout
+    sent = {}
+    # One socket is two lines: addresses, then its TCP_INFO (bytes_sent only when not 0).
+    for addr, info in re.findall(r"^\s*\d+\s+\d+\s+(\S+)\s+\S+\s*\n(.*)$", out, re.M):
+        m = re.search(r"\bbytes_sent:(\d+)", info)
+        sent[int(addr.rsplit(":", 1)[1])] = int(m.group(1)) if m else 0
+    return sent
+
+
+@pytest.mark.parametrize("trust", ["one_user", "trust_uids"])
+@pytest.mark.parametrize("how", ["poll", "epoll", "select"])
+def test_sleepers_woken(uls, how, trust):
+    if PLAIN:
+        pytest.skip("what ulsock puts on TCP: nothing to see without it")
+    env = {"ULSOCK_TRUST_UIDS": "65534"} if trust == "trust_uids" else None
+    server, port = uls.server([sys.executable, str(PINGPONG), "server", how, str(N)],
+                              name="server", profile="efficient", env=env, stdin=True)
+    client = uls.start([sys.executable, str(PINGPONG), "client", how, str(N), str(port)],
+                       name="client", profile="efficient", env=env, stdin=True)
+    client.wait_for(rf"^DONE n={N}$")
+    server.wait_for(rf"^DONE n={N}$")
+    sent = tcp_bytes_sent(port)
+    client.send_line()
+    server.send_line()
+    client.wait()
+    server.wait()
+    assert kv(client.output(), "DONE")["n"] == str(N)
+    expect_paths(client, "shm", count=1)
+    expect_paths(server, "shm", count=1)
+    assert len(sent) == 2 and port in sent, f"ss saw {sent}"
+    print(f"bytes_sent on TCP: {sent} (server port {port})")
+    srv_sent = sent[port]
+    cli_sent = sum(v for p, v in sent.items() if p != port)
+    assert srv_sent <= STRAY, f"the server sent {srv_sent} bytes on TCP for {N} messages"
+    # With ULSOCK_TRUST_UIDS the client wakes its server on TCP: how often depends on how
+    # often the server was asleep, so only the server's side is counted there.
+    if trust == "one_user":
+        assert cli_sent <= FIRST + STRAY, f"the client sent {cli_sent} bytes on TCP for {N} messages"
