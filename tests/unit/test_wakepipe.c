@@ -139,6 +139,10 @@ int main(void)
 
 	uls_libc_init();
 	signal(SIGPIPE, SIG_DFL); /* a write that raised it would end the test */
+	/* Descriptor 0 writable: a refused name must never be written through a stale 0. */
+	int zero[2];
+	CHECK_INT(pipe(zero), ==, 0);
+	CHECK_INT(dup2(zero[1], 0), ==, 0);
 	CHECK_INT(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), ==, 0);
 	pid_t child = fork();
 	CHECK_INT(child, >=, 0);

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,14 +20,21 @@
  * with no descriptor, so that a peer whose pipe cannot be opened costs one try per
  * WP_RETRY_NS, not one per wake-up. A name cannot come back for another pipe while it is
  * kept open here: the inode is held.
+ *
+ * The lock covers the table, never a write: a write holds its slot busy instead, and a
+ * busy slot is neither closed nor given to another name. The lock is only ever tried: a
+ * signal handler that sends on another socket while its thread is in here (TCP allows
+ * that), or a second thread waking at the same moment, sends its TCP byte instead.
  */
 #define WP_SLOTS 64
 #define WP_RETRY_NS 1000000000ull
 
 struct wp_slot {
 	uint64_t who, ino;
-	int fd;           /* own descriptor, or -1: refused */
-	uint64_t used_ns; /* last use; 0: the slot is free */
+	int fd;            /* own descriptor, or -1: refused */
+	uint64_t used_ns;  /* last use; 0: the slot is free */
+	_Atomic int busy;  /* writes in progress, outside the lock */
+	_Atomic int failed; /* a write failed: refused once no write is in progress */
 };
 
 static struct wp_slot slots[WP_SLOTS];
@@ -69,55 +77,80 @@ static int wp_open(uint64_t who, uint64_t ino)
 	return fd;
 }
 
-/* The slot for (who, ino), opened if need be; under mu. NULL when none can be had. */
+/* A slot's descriptor goes: the name is refused from now (until WP_RETRY_NS). */
+static void wp_refuse(struct wp_slot *s, uint64_t now)
+{
+	if (s->fd >= 0)
+		uls_own_fd_close(&s->fd);
+	atomic_store(&s->failed, 0);
+	s->used_ns = now;
+}
+
+/*
+ * The slot for (who, ino), opened if need be; under mu. NULL when the name is refused or
+ * every slot is busy.
+ */
 static struct wp_slot *wp_find(uint64_t who, uint64_t ino, uint64_t now)
 {
-	struct wp_slot *victim = &slots[0];
+	struct wp_slot *victim = NULL;
 
 	for (int i = 0; i < WP_SLOTS; i++) {
 		struct wp_slot *s = &slots[i];
+		int idle = atomic_load(&s->busy) == 0;
 		if (s->used_ns && s->who == who && s->ino == ino) {
-			if (s->fd < 0 && now - s->used_ns >= WP_RETRY_NS) {
-				victim = s;
-				break;
-			}
-			if (s->fd >= 0)
+			if (atomic_load(&s->failed) && idle)
+				wp_refuse(s, now);
+			if (s->fd >= 0 && !atomic_load(&s->failed)) {
 				s->used_ns = now;
-			return s;
+				return s;
+			}
+			if (s->fd >= 0 || !idle || now - s->used_ns < WP_RETRY_NS)
+				return NULL;
+			victim = s; /* refused long enough ago: try again */
+			break;
 		}
-		if (s->used_ns < victim->used_ns)
+		if (idle && (!victim || s->used_ns < victim->used_ns))
 			victim = s;
 	}
-	if (victim->fd >= 0 && victim->used_ns)
-		uls_own_fd_close(&victim->fd);
+	if (!victim)
+		return NULL;
+	if (victim->used_ns)
+		wp_refuse(victim, now);
+	victim->fd = -1; /* a slot never used holds 0 */
 	victim->who = who;
 	victim->ino = ino;
 	victim->used_ns = now;
-	victim->fd = -1;
 	int fd = wp_open(who, ino);
-	if (fd >= 0)
-		uls_own_fd_take(fd, &victim->fd);
+	if (fd < 0)
+		return NULL;
+	uls_own_fd_take(fd, &victim->fd);
 	return victim;
 }
 
 int uls_wakepipe_write(uint64_t who, uint64_t ino)
 {
-	int done = 0;
-
-	pthread_mutex_lock(&mu);
+	if (pthread_mutex_trylock(&mu) != 0)
+		return 0;
 	struct wp_slot *s = wp_find(who, ino, uls_now_ns());
-	if (s && s->fd >= 0) {
-		ssize_t r = uls_libc.write(s->fd, "", 1);
-		done = r == 1 || (r < 0 && errno == EAGAIN);
-		if (!done)
-			uls_own_fd_close(&s->fd); /* refused from now on */
-	}
+	int fd = s ? s->fd : -1;
+	if (s)
+		atomic_fetch_add(&s->busy, 1);
 	pthread_mutex_unlock(&mu);
+	if (fd < 0)
+		return 0;
+	ssize_t r = uls_libc.write(fd, "", 1);
+	int done = r == 1 || (r < 0 && errno == EAGAIN);
+	if (!done)
+		atomic_store(&s->failed, 1);
+	atomic_fetch_sub(&s->busy, 1);
 	return done;
 }
 
 void uls_wakepipe_atfork_child(void)
 {
-	/* The descriptors are the child's copies, and name the same pipes. */
+	/* The descriptors are the child's copies, and name the same pipes; the writes that
+	 * other threads had in progress are not the child's. */
 	pthread_mutex_init(&mu, NULL);
+	for (int i = 0; i < WP_SLOTS; i++)
+		atomic_store(&slots[i].busy, 0);
 }
