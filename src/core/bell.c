@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -59,12 +60,20 @@ static int bell_make(struct bell *b)
 	return 0;
 }
 
-/* A free bell with its pipe, or -1. */
+/*
+ * A free bell with its pipe, or -1. The lock is tried a bounded number of times: a signal
+ * handler whose wait interrupted its own thread in here must not wait for itself (it
+ * goes without a bell: a TCP wake-up, and in a multi-threaded process bounded sleeps).
+ */
 static int bell_take(void)
 {
-	int i, got = -1;
+	int i, got = -1, tries = 0;
 
-	pthread_mutex_lock(&mu);
+	while (pthread_mutex_trylock(&mu) != 0) {
+		if (++tries == 64)
+			return -1;
+		sched_yield();
+	}
 	for (i = 0; i < nbells && got < 0; i++)
 		if (!bells[i].in_use && bells[i].made)
 			got = i;
