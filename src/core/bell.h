@@ -9,7 +9,7 @@
  * timeouts; or two epoll sets holding the same socket) one of them may consume the byte
  * that the other had armed for, between the other's last look at the ring and its entry
  * into the kernel: the other then sleeps for good. So each such sleeper brings a bell
- * (an eventfd in its kernel wait set: the thread's own for poll, select and blocking
+ * (a pipe in its kernel wait set: the thread's own for poll, select and blocking
  * calls, the set's for epoll) and registers it with every connection it arms, before it
  * arms; whoever consumes wake-up bytes of a connection rings every other bell registered
  * there. A sleeper registered too late to be rung looked at the ring after the byte was
