@@ -28,6 +28,7 @@ int uls_make_ghost(struct uls_epoll *ep, struct epreg *r)
 	if (!r->ring || !c || ep->shared || ep->epfd < 0)
 		return 0;
 	r->ghost = 1;
+	ep->nghost++;
 	r->ghost_conn = c;
 	r->ghost_id = c->tp_id;
 	uls_watch_del(ep, r->fd);
@@ -40,6 +41,7 @@ void uls_drop_ghost(struct uls_epoll *ep, int epfd, int fd)
 
 	if (epfd >= 0)
 		uls_libc.epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL);
+	ep->nghost -= r->ghost;
 	free(r);
 	ep->regs[fd] = NULL;
 }
@@ -51,6 +53,7 @@ int uls_epoll_revive(struct uls_epoll *ep, int epfd, struct epreg *r, struct epo
 	int err = 0;
 
 	r->ghost = 0;
+	ep->nghost--;
 	r->events = ev->events;
 	r->data = ev->data;
 	r->fired = 0;

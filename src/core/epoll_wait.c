@@ -26,6 +26,13 @@ static int has_ring(struct uls_epoll *ep)
 	return ep->nwatch > 0 || ep->norph > 0;
 }
 
+/* Is there anything of ulsock's in ep's kernel set, which poll must not take for the
+ * program's (settle)? Ring members, ghosts, the bell, a transport's wait descriptor. */
+static int holds_ours(struct uls_epoll *ep)
+{
+	return has_ring(ep) || ep->nghost > 0 || ep->bell >= 0 || ep->wait_fd >= 0;
+}
+
 /*
  * Was r reported in this cycle already? (Only sets with rings mix two sources.) An event
  * the kernel hands over for an edge-triggered or one-shot registration it decides is
@@ -332,7 +339,7 @@ static int kernel_ready(struct uls_epoll *ep, int epfd, int depth)
 		if (uls_libc.poll(&p, 1, 0) <= 0 || !(p.revents & POLLIN))
 			r = 0;
 		else
-			r = has_ring(ep) ? settle(ep, epfd, depth) : POLLIN;
+			r = holds_ours(ep) ? settle(ep, epfd, depth) : POLLIN;
 	}
 	pthread_mutex_unlock(&ep->mu);
 	return r == SETTLE_AGAIN ? POLLIN : r;
@@ -347,9 +354,9 @@ struct uls_epoll *uls_ring_epoll(int fd)
 		return NULL;
 	uls_epoll_get(ep);
 	pthread_mutex_lock(&ep->mu);
-	int ring = has_ring(ep);
+	int ours = holds_ours(ep);
 	pthread_mutex_unlock(&ep->mu);
-	if (!ring) {
+	if (!ours) {
 		uls_epoll_put(ep);
 		return NULL;
 	}

@@ -83,10 +83,12 @@ struct uls_epoll {
 	int bounded;          /* this wait could not register the bell everywhere */
 	struct epreg **orph;  /* orphans: registrations that outlived their fd */
 	int norph, caporph;
+	int nghost;           /* ghosts among regs */
 };
 
 /* epoll_wait.c: what poll and select see of an epoll descriptor */
-/* fd's set, held (uls_epoll_put), when it has members whose readiness ulsock decides. */
+/* fd's set, held (uls_epoll_put), when ulsock decides the readiness of some of its members
+ * or put descriptors of its own in its kernel set (ghosts, the bell). */
 struct uls_epoll *uls_ring_epoll(int fd);
 /* POLLIN when a ring member of ep (or of a set nested in it) is ready; with arm, each is
  * armed for a sleep, bell (>= 0) joining it first and *bounded set where it cannot. */

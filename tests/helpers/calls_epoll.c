@@ -640,6 +640,51 @@ static void case_nested_poll(CALLS_ARGS)
 	calls_pair_close(&p);
 }
 
+/*
+ * A set whose socket was deleted after a wait armed it: the peer's bytes then wake what
+ * the arm named (the set's pipe, or the socket: a deleted socket ulsock keeps in the
+ * kernel set, a ghost), and neither may make the set readable to poll or to an outer set.
+ * Added back, the socket is reported with its bytes.
+ */
+static void case_nested_deleted(CALLS_ARGS)
+{
+	struct calls_pair p;
+	char c;
+
+	calls_pair_open(&p, AF_INET);
+	if (p.child == 0) {
+		calls_await(&p);
+		calls_write_all(p.fd, "d", 1);
+		calls_await(&p);
+		calls_pair_close(&p);
+	}
+	int inner = epoll_create1(0), outer = epoll_create1(0);
+	CHECK(inner >= 0 && outer >= 0);
+	ep_add(inner, p.fd, EPOLLIN, 0x1111);
+	ep_add(outer, inner, EPOLLIN, 0x2222);
+	ep_expect_none(inner, 50); /* slept: the socket is armed */
+	CHECK(epoll_ctl(inner, EPOLL_CTL_DEL, p.fd, NULL) == 0);
+	calls_post(&p, 'g');
+	/* The byte is there once the socket says so. */
+	CHECK_EQ(calls_wait_for(p.fd, POLLIN, 5000), POLLIN);
+	CHECK_EQ(calls_wait_for(inner, POLLIN, 0), 0);
+	CHECK_EQ(calls_select_readable(inner, 0), 0);
+	ep_expect_none(outer, 0);
+	ep_expect_none(inner, 0);
+	CHECK_EQ(calls_wait_for(outer, POLLIN, 0), 0);
+	ep_add(inner, p.fd, EPOLLIN, 0x3333);
+	CHECK_EQ(calls_wait_for(inner, POLLIN, 0), POLLIN);
+	ep_expect_one(inner, 0x3333, EPOLLIN, 0);
+	calls_read_exact(p.fd, &c, 1);
+	CHECK_EQ(c, 'd');
+	CHECK_EQ(calls_wait_for(inner, POLLIN, 0), 0);
+	calls_post(&p, 'c');
+	calls_expect_eof(p.fd);
+	close(outer);
+	close(inner);
+	calls_pair_close(&p);
+}
+
 /* epoll_pwait: the signal mask is swapped in for the call; readiness as epoll_wait. */
 static void case_pwait(CALLS_ARGS)
 {
@@ -960,6 +1005,7 @@ static const struct calls_case cases[] = {
 	{"multi_set", case_multi_set},
 	{"nested", case_nested},
 	{"nested_poll", case_nested_poll},
+	{"nested_deleted", case_nested_deleted},
 	{"pwait", case_pwait},
 	{"pwait2", case_pwait2},
 	{"wait_eintr", case_wait_eintr},

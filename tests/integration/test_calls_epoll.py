@@ -15,6 +15,8 @@ CASES = {
     "rdhup": "EPOLLRDHUP on peer SHUT_WR; EPOLLHUP when both shut (unrequested); EPOLLERR on RST",
     "multi_set": "one socket in two sets (LT and ET) with their own data; DEL from one only",
     "nested": "epoll fd in an epoll fd: outer reports inner readable as long as the socket is",
+    "nested_deleted": "a socket deleted from a set after a wait armed it: its peer's bytes "
+                      "make neither the set nor an outer one readable; added back, it is",
     "nested_poll": "poll and select on an epoll fd (and on one nesting it) sleep until the "
                    "socket's bytes or its peer's close come, and report it readable exactly "
                    "while the socket is",
