@@ -13,9 +13,13 @@
  *   - the sleeper gone: the write still succeeds, without SIGPIPE (the waker's descriptor
  *     reads as well);
  *   - more pipes than the table keeps: each still woken (closed and opened again);
+ *   - four threads waking 80 pipes at random, so that slots are given to new names while
+ *     other threads write: every write said done is a byte in its own pipe, no more;
  *   - who may be woken so: uls_wakepipe_allowed for the peer's uid.
  */
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
@@ -30,6 +34,8 @@
 #include "transport/shm/wakepipe.h"
 
 #define NPIPES 80 /* more than the table's 64 slots */
+#define HAMMERS 4
+#define HAMMER_WRITES 5000
 
 struct name {
 	uint64_t who, ino;
@@ -99,6 +105,25 @@ static void sleeper(int s)
 	}
 	(void)wr;
 	_exit(0);
+}
+
+struct hammer {
+	const struct name *pipes;
+	_Atomic int *done; /* per pipe: writes that said they were done */
+	uint64_t seed;
+};
+
+static void *hammer(void *arg)
+{
+	struct hammer *h = arg;
+	uint64_t rng = h->seed;
+
+	for (int i = 0; i < HAMMER_WRITES; i++) {
+		int k = (int)check_rand_below(&rng, NPIPES);
+		if (uls_wakepipe_write(h->pipes[k].who, h->pipes[k].ino))
+			atomic_fetch_add(&h->done[k], 1);
+	}
+	return NULL;
 }
 
 static int bytes_in(int s, int i)
@@ -185,6 +210,24 @@ int main(void)
 	for (int i = 0; i < NPIPES; i++)
 		CHECK_EQ(bytes_in(s, i), 2);
 
+	check_context("threads at once");
+	static _Atomic int done[NPIPES];
+	struct hammer hs[HAMMERS];
+	pthread_t ts[HAMMERS];
+	for (int t = 0; t < HAMMERS; t++) {
+		hs[t] = (struct hammer){pipes, done, 0x77616b65ull + (uint64_t)t};
+		CHECK_INT(pthread_create(&ts[t], NULL, hammer, &hs[t]), ==, 0);
+	}
+	for (int t = 0; t < HAMMERS; t++)
+		pthread_join(ts[t], NULL);
+	int total = 0;
+	for (int i = 0; i < NPIPES; i++) {
+		check_context("threads at once, pipe %d", i);
+		CHECK_EQ(bytes_in(s, i), atomic_load(&done[i]));
+		total += atomic_load(&done[i]);
+	}
+	CHECK_INT(total, >, 0);
+
 	check_context("another user's pipe");
 	if (geteuid() == 0) {
 		int fv[2];
@@ -200,12 +243,14 @@ int main(void)
 	}
 
 	check_context("the sleeper gone");
+	/* Its last pipe is in the table: written now, it is kept. */
+	CHECK_EQ(uls_wakepipe_write(pipes[NPIPES - 1].who, pipes[NPIPES - 1].ino), 1);
 	int stop = -1;
 	xsend(s, &stop, sizeof(stop));
 	int status;
 	CHECK_INT(waitpid(child, &status, 0), ==, child);
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	/* Its last pipe is still held open here (the table keeps the latest): no SIGPIPE. */
+	/* That pipe is still held open here, reading too: no SIGPIPE. */
 	CHECK_EQ(uls_wakepipe_write(pipes[NPIPES - 1].who, pipes[NPIPES - 1].ino), 1);
 	/* A pipe no longer kept: its process is gone, the name cannot be opened. */
 	CHECK_EQ(uls_wakepipe_write(pipes[0].who + 100000, pipes[0].ino), 0);
