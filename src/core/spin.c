@@ -27,26 +27,45 @@
  */
 #define BACKOFF_NS 2000000u
 #define BACKOFF_MAX_NS 256000000u
-/* Bounded spins in a row that ran their budget out before this thread stops spinning
- * on every wait, and the most waits it then lets pass between two tries. */
-#define FAILS_BEFORE_SKIP 4u
+/* The averages below: each new spin weighs 1/8 (AVG_SHIFT), hits in units of HIT_ONE. */
+#define AVG_SHIFT 3
+#define HIT_ONE 1024u
+/*
+ * While spinning does not pay on a crowded machine, a wait in 2, then 4 .. 64 (each such
+ * probe after which it still does not pay doubles the gap) spins this long to see whether
+ * the events come sooner now: about what a sleep and its wake-up cost where the sleeper
+ * shares its core (design.md, "What a wake-up costs": 1.4 to 2 µs).
+ */
+#define PROBE_NS 2000u
 #define SKIP_MAX 63u
 
 /* Per thread: no spinning before this time (CLOCK_MONOTONIC ns). */
 static __thread uint64_t calm_until;
 /* The pause the next contention sets (calm_until is where the last one ended). */
 static __thread uint64_t backoff_ns = BACKOFF_NS;
-/* What spinning bought this thread lately: bounded spins in a row that ran out (the
- * event came only after the sleep), waits to let pass without spinning, and whether
- * the spin under way has ended in neither a run-out nor contention (then it ended with
- * its event, and the streak is over). */
-static __thread uint32_t fails, skip;
+/*
+ * What this thread's bounded spins bought lately: the share of them that ended with
+ * their event (hits, of HIT_ONE) and the time they took (spent_ns; a run-out's is its
+ * whole budget), both averaged over the last few; a run-out counts only on a crowded
+ * machine (ran_out). The profile's budget is what it deems a sleep avoided to be worth,
+ * so spinning pays while hits * budget >= spent_ns: spins that end with their event
+ * soon and seldom run out. Where it does not and the machine is crowded, the thread lets
+ * waits pass without spinning (skip), and probes (PROBE_NS) now and then.
+ */
+static __thread uint32_t hits = HIT_ONE, spent_ns, skip, gap;
+/* The spin under way: started at spin_began, last looked at the clock at spin_last; it
+ * is open until it ends in a run-out or contention (then it ended with its event). */
+static __thread uint64_t spin_began, spin_last;
 static __thread int open_spin;
-/* Looks at the machine's runnable threads at most this often, and a crowd seen (or a
- * contention) counts this long (crowded_lately); the unit test's answer, or -1. */
-#define CROWD_LOOK_NS 1000000u
-#define CROWD_KEEP_NS 1000000u
-static __thread uint64_t crowd_look_at, crowd_seen_at;
+/*
+ * The process looks at the machine at most this often, and keeps the share of its recent
+ * looks that found it crowded (of HIT_ONE, each look weighing 1/8); a contention counts
+ * this long (crowded_lately). The unit test's answer, or -1.
+ */
+#define CROWD_LOOK_NS 5000000u
+#define CROWD_KEEP_NS 10000000u
+static _Atomic uint64_t crowd_look_at, crowd_seen_at;
+static _Atomic uint32_t crowd_share;
 static int crowd_forced = -1;
 
 void uls_spin_start_fixed(struct uls_spin *s)
@@ -55,20 +74,49 @@ void uls_spin_start_fixed(struct uls_spin *s)
 	s->last = s->start;
 	s->last_yield = s->start;
 	s->calm = s->start < calm_until;
+	s->probe = 0;
+}
+
+static int crowded_lately(uint64_t now);
+
+/* One bounded spin's outcome into the averages: hit or not, after spent ns. */
+static void learn(int hit, uint64_t spent)
+{
+	uint32_t h = hit ? HIT_ONE : 0;
+	uint32_t t = spent < UINT32_MAX ? (uint32_t)spent : UINT32_MAX;
+
+	hits = hits - (hits >> AVG_SHIFT) + (h >> AVG_SHIFT);
+	spent_ns = spent_ns - (spent_ns >> AVG_SHIFT) + (t >> AVG_SHIFT);
+}
+
+static int spin_pays(void)
+{
+	return (uint64_t)hits * (uint64_t)uls_cfg.spin_ns >= (uint64_t)spent_ns * HIT_ONE;
 }
 
 void uls_spin_start(struct uls_spin *s)
 {
 	uls_spin_start_fixed(s);
-	if (open_spin) { /* the last spin ended with its event */
-		fails = 0;
-		skip = 0;
+	if (open_spin) /* the last spin ended with its event */
+		learn(1, spin_last - spin_began);
+	open_spin = 0;
+	if (s->calm || uls_cfg.spin_ns <= 0)
+		return;
+	if (spin_pays()) {
+		gap = skip = 0;
+	} else if (crowded_lately(s->start)) {
+		if (skip) {
+			skip--;
+			s->calm = 1;
+			return;
+		}
+		/* This wait probes; the next few do not spin. */
+		gap = gap ? (gap * 2 + 1 < SKIP_MAX ? gap * 2 + 1 : SKIP_MAX) : 1;
+		skip = gap;
+		s->probe = 1;
 	}
-	if (!s->calm && skip) {
-		skip--;
-		s->calm = 1;
-	}
-	open_spin = !s->calm;
+	open_spin = 1;
+	spin_began = spin_last = s->start;
 }
 
 static int contended(uint64_t now)
@@ -80,12 +128,13 @@ static int contended(uint64_t now)
 	else
 		backoff_ns = BACKOFF_NS;
 	calm_until = now + backoff_ns;
-	crowd_seen_at = now;
+	atomic_store_explicit(&crowd_seen_at, now, memory_order_relaxed);
 	open_spin = 0;
 	return 0;
 }
 
 static int machine_crowded(void);
+static long read_proc(const char *path, char *buf, size_t len);
 
 void uls_spin_assume_crowded(int crowded)
 {
@@ -93,41 +142,52 @@ void uls_spin_assume_crowded(int crowded)
 }
 
 /*
- * Was the machine crowded lately (ran_out)? A thread looks at its runnable threads at
- * most once per CROWD_LOOK_NS, and a crowd it saw (or a contention) counts for
- * CROWD_KEEP_NS: the count is of one instant, and a crowded machine has quiet instants.
+ * Was the machine crowded lately (ran_out, and the waits while spinning does not pay)?
+ * One thread of the process looks at a time, at most once per CROWD_LOOK_NS (a look
+ * reads a file under /proc, about 4 µs here: 64 single-threaded clients that looked once
+ * a millisecond each spent a sixth of a core on it). A look counts one instant, and
+ * both a crowded machine and a quiet one have instants of the other kind: 16 hotspot
+ * clients of one server on these 2 CPUs found no crowd in one look in 5 to 7, and a
+ * fabric ping-pong between two pinned processes found one in one look in 15 to 20 (a
+ * kernel worker, the directory service). So the machine counts as crowded while most
+ * recent looks found it so, or within CROWD_KEEP_NS of a contention. One look that
+ * decided alone, kept 1 or 10 ms, let each hotspot client spin in vain for up to 20 ms
+ * of a 2 s run; kept 50 ms, it held back the ping-pong's spins (round trips near the
+ * budget) after each stray crowd: 12.6 against 10.1 µs, medians of 7.
  */
 static int crowded_lately(uint64_t now)
 {
 	if (crowd_forced >= 0)
 		return crowd_forced;
-	if (!crowd_look_at || now - crowd_look_at >= CROWD_LOOK_NS) {
-		crowd_look_at = now;
-		if (machine_crowded())
-			crowd_seen_at = now;
+	uint64_t look = atomic_load_explicit(&crowd_look_at, memory_order_relaxed);
+	if ((!look || (now > look && now - look >= CROWD_LOOK_NS)) &&
+	    atomic_compare_exchange_strong_explicit(&crowd_look_at, &look, now,
+						    memory_order_relaxed, memory_order_relaxed)) {
+		/* Only the thread that won the look updates the share. */
+		uint32_t share = atomic_load_explicit(&crowd_share, memory_order_relaxed);
+		share = share - (share >> AVG_SHIFT) + (machine_crowded() ? HIT_ONE >> AVG_SHIFT : 0);
+		atomic_store_explicit(&crowd_share, share, memory_order_relaxed);
 	}
-	return crowd_seen_at && now - crowd_seen_at < CROWD_KEEP_NS;
+	if (atomic_load_explicit(&crowd_share, memory_order_relaxed) >= HIT_ONE / 2)
+		return 1;
+	uint64_t seen = atomic_load_explicit(&crowd_seen_at, memory_order_relaxed);
+	return seen && (now <= seen || now - seen < CROWD_KEEP_NS);
 }
 
 /*
- * A bounded spin ran its budget out: the event it waits for comes later than a spin
- * lasts. Where the machine has more runnable threads than CPUs, a core spinning in vain
- * is a core the producer of that event may need: after a few such spins in a row the
- * thread spins on one wait in 2, 4 .. 64 only, and every wait again once one of those
- * spins ends with its event. Where it has not, the spin cost no one anything and counts
- * for nothing: a ping-pong whose round trip is near the budget (the fabric's, 13 to 20 µs
- * here) would otherwise run a few out, stop spinning, and from then on find its peer
- * asleep too, every spin running out (8 µs to 58 µs, balanced profile, tcp provider).
+ * A bounded spin ran its budget out: the event it waits for came later than a spin lasts.
+ * Where the machine is crowded, a core spinning in vain is a core the producer of that
+ * event may need, and the run-out counts against spinning (spin_pays). Where it is not,
+ * the spin cost no one anything and counts for nothing: a ping-pong whose round trip is
+ * near the budget (the fabric's, 13 to 20 µs here) would otherwise run a few out, stop
+ * spinning, and from then on find its peer asleep too, every spin running out (8 µs to
+ * 58 µs, balanced profile, tcp provider).
  */
 static int ran_out(uint64_t now)
 {
 	open_spin = 0;
-	if (!crowded_lately(now))
-		return 0;
-	if (++fails >= FAILS_BEFORE_SKIP) {
-		uint32_t k = fails - FAILS_BEFORE_SKIP;
-		skip = k >= 6 ? SKIP_MAX : 1u << k;
-	}
+	if (crowded_lately(now))
+		learn(0, now - spin_began);
 	return 0;
 }
 
@@ -155,15 +215,8 @@ static int machine_crowded(void)
 			return 1;
 		atomic_store_explicit(&cpus, n, memory_order_relaxed);
 	}
-	/* Raw calls: read and close are the library's own interposed names. */
-	long fd = uls_syscall(SYS_openat, AT_FDCWD, "/proc/loadavg", O_RDONLY | O_CLOEXEC);
-	long len = fd < 0 ? -1 : uls_syscall(SYS_read, (int)fd, buf, sizeof(buf) - 1);
-	if (fd >= 0)
-		uls_syscall(SYS_close, (int)fd);
-	errno = err;
-	if (len <= 0)
+	if (read_proc("/proc/loadavg", buf, sizeof(buf)) <= 0)
 		return 1;
-	buf[len] = 0;
 	/* "0.52 0.58 0.59 2/345 12345": runnable/threads after the third space. */
 	const char *p = buf;
 	for (int spaces = 0; *p && spaces < 3; p++)
@@ -174,6 +227,23 @@ static int machine_crowded(void)
 	long running = strtol(p, &end, 10);
 	errno = err;
 	return *end != '/' || running > n;
+}
+
+/* Reads a small file under /proc whole with raw calls (read and close are the library's
+ * own interposed names), leaving errno alone: its length, or -1. */
+static long read_proc(const char *path, char *buf, size_t len)
+{
+	int err = errno;
+	long fd = uls_syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+	long n = fd < 0 ? -1 : uls_syscall(SYS_read, (int)fd, buf, len - 1);
+
+	if (fd >= 0)
+		uls_syscall(SYS_close, (int)fd);
+	errno = err;
+	if (n < 0)
+		return -1;
+	buf[n] = 0;
+	return n;
 }
 
 /* One pause and a look at the clock: the time, or 0 when the spinner was preempted on a
@@ -210,8 +280,9 @@ int uls_spin_more(struct uls_spin *s)
 	uint64_t now = spin_step(s);
 	if (!now)
 		return 0;
+	spin_last = now;
 	if (budget > 0)
-		return now - s->start < (uint64_t)budget ? 1 : ran_out(now);
+		return now - s->start < (uint64_t)(s->probe ? PROBE_NS : budget) ? 1 : ran_out(now);
 	if (now - s->last_yield < YIELD_EVERY_NS)
 		return 1;
 	sched_yield();
@@ -224,14 +295,18 @@ int uls_spin_more(struct uls_spin *s)
 void uls_spin_learned(struct uls_spin_learned *out)
 {
 	*out = (struct uls_spin_learned){.calm_until = calm_until, .backoff_ns = backoff_ns,
-					 .fails = fails, .skip = skip};
+					 .hits = hits, .spent_ns = spent_ns, .skip = skip,
+					 .pays = spin_pays()};
 }
 
 void uls_spin_forget(void)
 {
 	calm_until = 0;
 	backoff_ns = BACKOFF_NS;
-	fails = skip = 0;
+	hits = HIT_ONE;
+	spent_ns = skip = gap = 0;
 	open_spin = 0;
-	crowd_look_at = crowd_seen_at = 0;
+	atomic_store(&crowd_look_at, 0);
+	atomic_store(&crowd_seen_at, 0);
+	atomic_store(&crowd_share, 0);
 }

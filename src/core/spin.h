@@ -13,10 +13,13 @@
  * that hands the core over comes back late (another thread ran). Either way the spinner
  * stops and sleeps until it is woken, and the thread does not spin again for a short
  * while (BACKOFF_NS, doubled each time contention comes back soon after), after which it
- * tries once more. And a thread whose bounded spins keep running out before their event
- * (it comes only later, so the spin bought nothing) while the machine has more runnable
- * threads than CPUs spins on fewer and fewer of its waits, down to one in 64, until one
- * of those spins ends with its event.
+ * tries once more. And a bounded spin pays only when it buys something: each thread keeps
+ * the share of its recent spins that ended with their event and the time they took, and
+ * while those say that spinning costs more CPU than the sleeps it saves are worth (the
+ * profile's budget for one) and the machine is crowded (more runnable threads than CPUs,
+ * looked at by one thread of the process at a time, at most every 5 ms, a crowd seen
+ * counting for 50 ms), it lets its waits pass without spinning, but for a 2 µs probe on
+ * one in 2, 4 .. 64 of them.
  */
 #ifndef ULS_SPIN_H
 #define ULS_SPIN_H
@@ -27,11 +30,12 @@ struct uls_spin {
 	uint64_t start;      /* when the wait began */
 	uint64_t last;       /* the clock at the previous check */
 	uint64_t last_yield; /* unlimited budget: when the core was last handed over */
-	int calm;            /* this thread saw contention lately: do not spin */
+	int calm;            /* do not spin: contention lately, or spinning does not pay */
+	int probe;           /* a short spin, to see whether spinning pays again */
 };
 
-/* A wait with the profile's budget begins (uls_spin_more): it may not spin at all when
- * this thread's recent spins ran out in vain (spin.c, ran_out). */
+/* A wait with the profile's budget begins (uls_spin_more): it may not spin at all, or
+ * only briefly, when this thread's recent spins did not pay (spin.c, spin_pays). */
 void uls_spin_start(struct uls_spin *s);
 /* A wait whose caller sets its own end begins (uls_spin_until): it neither learns from
  * nor is held back by the outcome of the thread's other spins, only by contention. */
@@ -48,8 +52,10 @@ int uls_spin_until(struct uls_spin *s, uint64_t end_ns);
 struct uls_spin_learned {
 	uint64_t calm_until; /* no spinning before (contention) */
 	uint64_t backoff_ns; /* the pause the next contention sets */
-	uint32_t fails;      /* bounded spins in a row that ran out */
+	uint32_t hits;       /* share of recent bounded spins that ended with their event, of 1024 */
+	uint32_t spent_ns;   /* their average length */
 	uint32_t skip;       /* waits still to pass without spinning */
+	int pays;            /* spinning pays: hits * (a sleep's cost) >= spent */
 };
 void uls_spin_learned(struct uls_spin_learned *out);
 /* Forgets it (a new thread's state). */

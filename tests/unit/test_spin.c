@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * What a thread's spinning learns (core/spin.h): on a crowded machine, bounded spins
- * that keep running their budget out make the thread spin on fewer waits (after 4 in a
- * row, one wait in 2, then one in 3, 5, 9 .. 64), and one spin that ends with its event
- * (the caller stops before the budget) brings back spinning on every wait. On a machine
- * with a CPU to spare, run-outs change nothing.
+ * that keep running their budget out stop paying (after 6 in a row from a fresh start),
+ * and the thread then spins only for a short probe on one wait in 2, then 4, 8 .. 64;
+ * probes that end with their event bring back spinning, with the whole budget, on every
+ * wait. On a machine with a CPU to spare, run-outs change nothing.
  *
  * Contention (a preempted spinner on a machine with more runnable threads than CPUs) has
  * its own pause, which a busy test machine may cause at any step: an attempt that meets
@@ -17,15 +17,23 @@
 #include "core/spin.h"
 
 /* One wait that spins until its budget runs out: 1 when it spun, 0 when it let the
- * wait pass. */
-static int wait_runs_out(void)
+ * wait pass; *probe says whether it was a probe. */
+static int wait_runs_out_probe(int *probe)
 {
 	struct uls_spin s;
 
 	uls_spin_start(&s);
+	*probe = s.probe;
 	while (uls_spin_more(&s))
 		;
 	return !s.calm;
+}
+
+static int wait_runs_out(void)
+{
+	int probe;
+
+	return wait_runs_out_probe(&probe);
 }
 
 /* One wait whose event comes during the spin: 1 when it spun. */
@@ -59,34 +67,57 @@ static int contended(void)
 static int attempt(void)
 {
 	struct uls_spin_learned l;
+	int probe;
 
 	uls_spin_forget();
-	for (int i = 0; i < 4; i++)
-		EXPECT(wait_runs_out(), 1);
 	uls_spin_learned(&l);
-	CHECK_INT(l.fails, ==, 4);
-	CHECK_INT(l.skip, ==, 1);
-	EXPECT(wait_succeeds(), 0); /* the wait let pass */
-	EXPECT(wait_runs_out(), 1); /* the next spins, and runs out: 5 in a row */
-	uls_spin_learned(&l);
-	CHECK_INT(l.fails, ==, 5);
-	CHECK_INT(l.skip, ==, 2);
-	EXPECT(wait_succeeds(), 0);
-	EXPECT(wait_succeeds(), 0);
-	/* Doubling to the cap: 4 .. 64 waits apart. */
-	for (uint32_t want = 4; want <= 64; want *= 2) {
-		EXPECT(wait_runs_out(), 1);
+	CHECK_INT(l.pays, ==, 1);
+	/* With a 200 µs budget, six run-outs from a fresh start: 461 of 1024 hits against
+	 * about 110 µs spent a spin, which is more than 461/1024 of the budget. */
+	for (int i = 0; i < 6; i++) {
 		uls_spin_learned(&l);
-		CHECK_INT(l.skip, ==, want < 64 ? want : 63);
-		for (uint32_t i = 0; i < l.skip; i++)
+		CHECK_INT(l.pays, ==, 1);
+		EXPECT(wait_runs_out_probe(&probe), 1);
+		CHECK_INT(probe, ==, 0);
+	}
+	uls_spin_learned(&l);
+	CHECK_INT(l.pays, ==, 0);
+	CHECK_INT(l.hits, ==, 461);
+	/* Probes: one wait in 2, 4 .. 64, each a short spin that runs out. */
+	for (uint32_t gap = 1; gap <= 63; gap = gap * 2 + 1) {
+		EXPECT(wait_runs_out_probe(&probe), 1);
+		CHECK_INT(probe, ==, 1);
+		uls_spin_learned(&l);
+		CHECK_INT(l.skip, ==, gap);
+		CHECK_INT(l.pays, ==, 0);
+		for (uint32_t i = 0; i < gap; i++)
 			EXPECT(wait_succeeds(), 0);
 	}
-	/* A spin that ends with its event: every wait spins again. */
-	EXPECT(wait_succeeds(), 1);
-	EXPECT(wait_succeeds(), 1);
+	EXPECT(wait_runs_out_probe(&probe), 1); /* the gap stays at 64 */
 	uls_spin_learned(&l);
-	CHECK_INT(l.fails, ==, 0);
+	CHECK_INT(l.skip, ==, 63);
+	/* Probes whose event comes at once: spinning pays again (a probe's hit counts at the
+	 * next wait's start, which then spins), and then every wait spins with the whole
+	 * budget. */
+	int probes = 0, waits = 0;
+	for (;;) {
+		int spun = wait_succeeds();
+		if (contended())
+			return 0;
+		uls_spin_learned(&l);
+		if (l.pays)
+			break;
+		probes += spun;
+		CHECK_INT(++waits, <, 1000);
+	}
+	CHECK_INT(probes, >=, 1);
+	CHECK_INT(probes, <=, 3);
+	for (int i = 0; i < 3; i++)
+		EXPECT(wait_succeeds(), 1);
+	uls_spin_learned(&l);
 	CHECK_INT(l.skip, ==, 0);
+	EXPECT(wait_runs_out_probe(&probe), 1); /* the whole budget, not a probe */
+	CHECK_INT(probe, ==, 0);
 	return 1;
 }
 
@@ -99,7 +130,8 @@ static int attempt_uncrowded(void)
 	for (int i = 0; i < 10; i++)
 		EXPECT(wait_runs_out(), 1);
 	uls_spin_learned(&l);
-	CHECK_INT(l.fails, ==, 0);
+	CHECK_INT(l.hits, ==, 1024);
+	CHECK_INT(l.pays, ==, 1);
 	CHECK_INT(l.skip, ==, 0);
 	return 1;
 }
