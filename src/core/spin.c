@@ -163,9 +163,11 @@ static int crowded_lately(uint64_t now)
 	if ((!look || (now > look && now - look >= CROWD_LOOK_NS)) &&
 	    atomic_compare_exchange_strong_explicit(&crowd_look_at, &look, now,
 						    memory_order_relaxed, memory_order_relaxed)) {
-		/* Only the thread that won the look updates the share. */
+		/* Only the thread that won the look updates the share; the process's first look
+		 * sets it alone (short runs of many processes learn at once). */
 		uint32_t share = atomic_load_explicit(&crowd_share, memory_order_relaxed);
-		share = share - (share >> AVG_SHIFT) + (machine_crowded() ? HIT_ONE >> AVG_SHIFT : 0);
+		uint32_t crowded = machine_crowded() ? HIT_ONE : 0;
+		share = look ? share - (share >> AVG_SHIFT) + (crowded >> AVG_SHIFT) : crowded;
 		atomic_store_explicit(&crowd_share, share, memory_order_relaxed);
 	}
 	if (atomic_load_explicit(&crowd_share, memory_order_relaxed) >= HIT_ONE / 2)
