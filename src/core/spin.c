@@ -134,7 +134,6 @@ static int contended(uint64_t now)
 }
 
 static int machine_crowded(void);
-static long read_proc(const char *path, char *buf, size_t len);
 
 void uls_spin_assume_crowded(int crowded)
 {
@@ -200,8 +199,9 @@ static int ran_out(uint64_t now)
  * hypervisor (steal) take it from a spinner now and then on an idle machine too, and
  * sleeping then only adds a wake-up to the next message (on these 2-vCPU VMs about one
  * jump in 20 ms: a 64-byte ping-pong between two pinned processes slept in 2% of its
- * waits). Asked only after a jump, so a few system calls at most once per 50 µs of
- * spinning; 1 (crowded, the safe answer) when the file cannot be read.
+ * waits). Asked after a jump, so a few system calls at most once per 50 µs of spinning,
+ * and by crowded_lately, at most every 5 ms; 1 (crowded, the safe answer) when the file
+ * cannot be read.
  */
 static int machine_crowded(void)
 {
@@ -217,8 +217,15 @@ static int machine_crowded(void)
 			return 1;
 		atomic_store_explicit(&cpus, n, memory_order_relaxed);
 	}
-	if (read_proc("/proc/loadavg", buf, sizeof(buf)) <= 0)
+	/* Raw calls: read and close are the library's own interposed names. */
+	long fd = uls_syscall(SYS_openat, AT_FDCWD, "/proc/loadavg", O_RDONLY | O_CLOEXEC);
+	long len = fd < 0 ? -1 : uls_syscall(SYS_read, (int)fd, buf, sizeof(buf) - 1);
+	if (fd >= 0)
+		uls_syscall(SYS_close, (int)fd);
+	errno = err;
+	if (len <= 0)
 		return 1;
+	buf[len] = 0;
 	/* "0.52 0.58 0.59 2/345 12345": runnable/threads after the third space. */
 	const char *p = buf;
 	for (int spaces = 0; *p && spaces < 3; p++)
@@ -229,23 +236,6 @@ static int machine_crowded(void)
 	long running = strtol(p, &end, 10);
 	errno = err;
 	return *end != '/' || running > n;
-}
-
-/* Reads a small file under /proc whole with raw calls (read and close are the library's
- * own interposed names), leaving errno alone: its length, or -1. */
-static long read_proc(const char *path, char *buf, size_t len)
-{
-	int err = errno;
-	long fd = uls_syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
-	long n = fd < 0 ? -1 : uls_syscall(SYS_read, (int)fd, buf, len - 1);
-
-	if (fd >= 0)
-		uls_syscall(SYS_close, (int)fd);
-	errno = err;
-	if (n < 0)
-		return -1;
-	buf[n] = 0;
-	return n;
 }
 
 /* One pause and a look at the clock: the time, or 0 when the spinner was preempted on a

@@ -16,10 +16,10 @@
  * tries once more. And a bounded spin pays only when it buys something: each thread keeps
  * the share of its recent spins that ended with their event and the time they took, and
  * while those say that spinning costs more CPU than the sleeps it saves are worth (the
- * profile's budget for one) and the machine is crowded (more runnable threads than CPUs,
- * looked at by one thread of the process at a time, at most every 5 ms, a crowd seen
- * counting for 50 ms), it lets its waits pass without spinning, but for a 2 µs probe on
- * one in 2, 4 .. 64 of them.
+ * profile's budget for one) and the machine is crowded (most of the process's recent
+ * looks, one thread at a time and at most every 5 ms, found more runnable threads than
+ * CPUs, or a contention came within 10 ms), it lets its waits pass without spinning,
+ * but for a 2 µs probe on one in 2, 4 .. 64 of them.
  */
 #ifndef ULS_SPIN_H
 #define ULS_SPIN_H
@@ -55,7 +55,7 @@ struct uls_spin_learned {
 	uint32_t hits;       /* share of recent bounded spins that ended with their event, of 1024 */
 	uint32_t spent_ns;   /* their average length */
 	uint32_t skip;       /* waits still to pass without spinning */
-	int pays;            /* spinning pays: hits * (a sleep's cost) >= spent */
+	int pays;            /* spinning pays: hits * budget >= spent (of 1024) */
 };
 void uls_spin_learned(struct uls_spin_learned *out);
 /* Forgets it (a new thread's state). */
