@@ -258,9 +258,31 @@ def redis_get(clients, threads=0, scale=1):
     return fn
 
 
-def connrate_of(extra):
-    """uls-connrate, server and client apart; extra: its flags for both (-e: no byte)."""
+class _WithEnv:
+    """sub with more environment variables, set through env(1) so that the recorded
+    command shows them (they mean nothing to kernel TCP)."""
+
+    def __init__(self, sub, extra):
+        self._sub = sub
+        self._extra = extra
+
+    def wrap(self, argv):
+        return ["env"] + ["%s=%s" % kv for kv in sorted(self._extra.items())] + \
+            self._sub.wrap(argv)
+
+    def env(self):
+        return self._sub.env()
+
+    def check(self):
+        self._sub.check()
+
+
+def connrate_of(extra, env=None):
+    """uls-connrate, server and client apart; extra: its flags for both (-e: no byte);
+    env: more variables for both."""
     def fn(sub, params, record):
+        if env:
+            sub = _WithEnv(sub, env)
         prog = os.path.join(params["build_dir"], "bin", "uls-connrate")
         if not os.access(prog, os.X_OK):
             raise BenchError("%s not built (run make build)" % prog)
@@ -291,6 +313,10 @@ BENCHMARKS = [
               redis_get(50), ["redis-server", "redis-benchmark"]),
     Benchmark("connrate", "connections set up and torn down", "conn/s", False,
               connrate, []),
+    # The same with every connection on shared memory: a client keeps connections this
+    # short on kernel TCP after its first few otherwise (README, ULSOCK_SHORT_CALLS).
+    Benchmark("connrate_shm", "connections set up and torn down, all accelerated", "conn/s",
+              False, connrate_of([], {"ULSOCK_SHORT_CALLS": "0"}), []),
     # No byte either way (uls-connrate -e): on kernel TCP, the floor of any layer that
     # keeps a kernel TCP connection per connection (docs/PERFORMANCE.md).
     Benchmark("connrate0", "connections set up and torn down, no byte", "conn/s", False,

@@ -231,7 +231,7 @@ def parse_args():
 class Helper(procs.GroupProc):
     """A helper program under `ulsock run --profile P --`, in its own process group, with
     its output (stdout and stderr) in NAME.out and its ulsock log (level info) in
-    NAME.ulsock.log of the work directory. PRELOAD false: the program alone. USER: run as
+    NAME.ulsock.log of the work directory, with ULSOCK_SHORT_CALLS=0. PRELOAD false: the program alone. USER: run as
     this user (a passwd entry) through setpriv; its ulsock log then goes to stderr, into
     NAME.out, which this process opened (the work directory is not that user's). ENV: more
     variables."""
@@ -244,6 +244,10 @@ class Helper(procs.GroupProc):
         full = [str(a) for a in argv]
         if preload:
             extra["ULSOCK_LOG"] = "info"
+            # Every part tests the shared-memory path: connections of one byte, as the
+            # cycles part makes, would otherwise soon stay on kernel TCP (README,
+            # ULSOCK_SHORT_CALLS).
+            extra.setdefault("ULSOCK_SHORT_CALLS", "0")
             if user is None:
                 extra["ULSOCK_LOG_FILE"] = self.log_path
             else:

@@ -255,6 +255,21 @@ static int parse_log_file(const char *s, struct uls_config *cfg, struct ulsock_c
 	return -1;
 }
 
+static int parse_short_calls(const char *s, struct uls_config *cfg,
+			     struct ulsock_config_bad *bad)
+{
+	long long v;
+
+	if (parse_ll(s, &v) == 0 && v >= 0 && v <= ULS_SHORT_CALLS_MAX) {
+		cfg->short_calls = (int)v;
+		return 0;
+	}
+	snprintf(bad->problem, sizeof(bad->problem), "is not a count of calls from 0 to %d (0: off)",
+		 ULS_SHORT_CALLS_MAX);
+	snprintf(bad->used, sizeof(bad->used), "using %d", ULS_SHORT_CALLS_DEFAULT);
+	return -1;
+}
+
 static int parse_disable(const char *s, struct uls_config *cfg, struct ulsock_config_bad *bad)
 {
 	if (strcmp(s, "0") == 0 || strcmp(s, "1") == 0) {
@@ -376,6 +391,7 @@ static const struct {
 	{ULSOCK_ENV_LOG_FILE, parse_log_file},
 	{ULSOCK_ENV_DISABLE, parse_disable},
 	{ULSOCK_ENV_TRUST_UIDS, parse_trusted},
+	{ULSOCK_ENV_SHORT_CALLS, parse_short_calls},
 	{ULSOCK_ENV_FABRIC_PEERS, keep_fabric_peers},
 	{ULSOCK_ENV_FABRIC_PROVIDER, keep_fabric_provider},
 	{ULSOCK_ENV_FABRIC_KEY, keep_fabric_key},
@@ -407,6 +423,7 @@ int uls_config_parse(struct uls_config *cfg, ulsock_config_bad_fn bad_fn, void *
 	cfg->ring_size = RING_DEFAULT;
 	cfg->spin_ns = profile_spin_ns[cfg->profile];
 	cfg->disabled = 0;
+	cfg->short_calls = ULS_SHORT_CALLS_DEFAULT;
 	cfg->ntrusted = 0;
 	cfg->fabric_peers = cfg->fabric_provider = cfg->fabric_key = NULL;
 	cfg->fabric_port = ULS_FABRIC_PORT;
@@ -466,11 +483,13 @@ static void log_config(void)
 		n += (size_t)snprintf(trusted + n, sizeof(trusted) - n, "%s%u", i ? "," : "",
 				      (unsigned)uls_cfg.trusted[i]);
 	uls_dbg("config: profile=%s spin_us=%lld rx_pace_ns=%" PRIu64 " ring_size=%" PRIu64
-		" log=%s log_file=%s disable=%d trust_uids=%s fabric_wait_ms=%u fabric_untagged=%d",
+		" log=%s log_file=%s disable=%d short_calls=%d trust_uids=%s fabric_wait_ms=%u"
+		" fabric_untagged=%d",
 		profile_names[uls_cfg.profile],
 		uls_cfg.spin_ns < 0 ? -1ll : (long long)(uls_cfg.spin_ns / 1000),
 		uls_cfg.rx_pace_ns, uls_cfg.ring_size, level_names[uls_cfg.log_level],
-		uls_cfg.log_file ? uls_cfg.log_file : "-", uls_cfg.disabled, trusted,
+		uls_cfg.log_file ? uls_cfg.log_file : "-", uls_cfg.disabled, uls_cfg.short_calls,
+		trusted,
 		(unsigned)uls_cfg.fabric_wait_ms, uls_cfg.fabric_untagged);
 }
 

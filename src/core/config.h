@@ -23,6 +23,9 @@ enum uls_log_level { ULS_LOG_ERROR, ULS_LOG_WARN, ULS_LOG_INFO, ULS_LOG_DEBUG };
 #define ULS_FABRIC_WAIT_MS 10000u
 #define ULS_FABRIC_WAIT_MIN_MS 100u
 #define ULS_FABRIC_WAIT_MAX_MS 600000u
+/* ULSOCK_SHORT_CALLS (core/shortconn.h): the default, and the most it may be (0: off). */
+#define ULS_SHORT_CALLS_DEFAULT 8
+#define ULS_SHORT_CALLS_MAX 1000
 
 struct uls_config {
 	enum uls_profile profile;
@@ -33,6 +36,7 @@ struct uls_config {
 	int64_t spin_ns;    /* spin before sleeping; -1: without limit */
 	uint64_t rx_pace_ns; /* a streaming receiver looks at the ring at most this often */
 	int disabled;       /* ULSOCK_DISABLE: never accelerate */
+	int short_calls;    /* ULSOCK_SHORT_CALLS (core/shortconn.h); 0: off */
 	/*
 	 * Set once the process did something the rings cannot follow (io_uring, a seccomp
 	 * filter: preload/direct.c): no new connection is accelerated, for this reason.

@@ -22,6 +22,7 @@
 #include "fdtable.h"
 #include "handshake.h"
 #include "log.h"
+#include "../os/cpu.h"
 #include "../os/libc.h"
 #include "../os/ownfd.h"
 
@@ -316,7 +317,12 @@ struct uls_conn *uls_conn_connect_prepare(int fd, const struct sockaddr *dst, so
 		return NULL;
 	c->role = ULS_CLIENT;
 	memcpy(&c->peer_sa, dst, len < sizeof(c->peer_sa) ? len : sizeof(c->peer_sa));
+	c->born_ns = uls_now_ns();
 	why = all_off();
+	if (!why && uls_short_skip(dst)) {
+		why = ULS_SHORT_REASON;
+		c->short_kept = 1;
+	}
 	if (!why) {
 		int fl = uls_libc.fcntl(fd, F_GETFL);
 		if (fl >= 0 && (fl & O_ASYNC)) /* uls_conn_async */
@@ -442,11 +448,33 @@ static int kept_for_calls(struct uls_conn *c, int fd)
 	return 1;
 }
 
+/*
+ * A client's connection ends in this process: was it short (core/shortconn.h)? Only one
+ * that had a fast path, or was kept off it for being short, says anything about its
+ * destination.
+ */
+static void note_length(struct uls_conn *c, int fd)
+{
+	uint32_t units;
+	int path = atomic_load(&c->path);
+
+	if (c->role != ULS_CLIENT || !uls_cfg.short_calls)
+		return;
+	if (c->short_kept)
+		units = uls_short_kernel_units(uls_conn_fd(c, fd));
+	else if (c->tp != &uls_kernel_transport && (path == ULS_PATH_SHM || path == ULS_PATH_FABRIC))
+		units = atomic_load_explicit(&c->units, memory_order_relaxed);
+	else
+		return;
+	uls_short_note((struct sockaddr *)&c->peer_sa, units, uls_now_ns() - c->born_ns);
+}
+
 /* What a close does when no call of this process is inside any more. */
 static void close_last(struct uls_conn *c, int fd, int do_close, int *rc, int *err)
 {
 	*rc = 0;
 	*err = 0;
+	note_length(c, fd);
 	c->tp->closing(c, fd);
 	atomic_store(&c->closed, 1);
 	if (c->stat && uls_conn_accelerated(c) && atomic_load(&c->path) != ULS_PATH_PENDING &&
@@ -496,6 +524,7 @@ int uls_conn_close(struct uls_conn *c, int fd, int do_close)
 
 void uls_conn_atfork_child(void)
 {
+	uls_short_atfork_child();
 	void *parent_stats = uls_stat_atfork_child();
 
 	/* Only this thread exists in the child: the list needs no lock, mutexes a reset. */

@@ -18,6 +18,7 @@
 #include <sys/uio.h>
 
 #include "bell.h"
+#include "shortconn.h"
 #include "stat.h"
 #include "transport.h"
 #include "wait.h"
@@ -93,6 +94,12 @@ struct uls_conn {
 	 * shared memory the segment's): tells a conn from one that reused its memory. 0 on
 	 * kernel TCP. */
 	uint64_t tp_id;
+	/* A client's measure of its connection for core/shortconn.h: units moved on a fast
+	 * path (uls_conn_count), when it was made, and whether it was kept on kernel TCP
+	 * for being short (then the kernel counts its units). */
+	_Atomic uint32_t units;
+	uint64_t born_ns;
+	int short_kept;
 };
 
 /*
@@ -103,6 +110,17 @@ struct uls_conn {
 static inline int uls_conn_accelerated(struct uls_conn *c)
 {
 	return c && c->tp != &uls_kernel_transport && atomic_load(&c->path) != ULS_PATH_KERNEL;
+}
+
+/* A call on c moved n bytes (n > 0 counts): its units for core/shortconn.h. Two threads
+ * at once may lose one; it only decides whether the connection was short. */
+static inline void uls_conn_count(struct uls_conn *c, ssize_t n)
+{
+	uint32_t u = atomic_load_explicit(&c->units, memory_order_relaxed);
+
+	if (n > 0 && u < ULS_SHORT_CALLS_MAX)
+		atomic_store_explicit(&c->units, uls_short_units_add(u, (uint64_t)n),
+				      memory_order_relaxed);
 }
 
 /* The descriptor for c's kernel work: fd, or the one kept for calls a close overtook. */

@@ -94,16 +94,26 @@ static inline struct uls_conn *uls_fd_accel(int fd)
 static inline ssize_t uls_io_send(struct uls_conn *c, int fd, const struct iovec *iov,
 				  int iovcnt, int flags)
 {
+	ssize_t n;
+
 	if (__builtin_expect(c->tp == &uls_shm_transport, 1))
-		return uls_shm_send(c, fd, iov, iovcnt, flags);
-	return uls_conn_send(c, fd, iov, iovcnt, flags);
+		n = uls_shm_send(c, fd, iov, iovcnt, flags);
+	else
+		n = uls_conn_send(c, fd, iov, iovcnt, flags);
+	uls_conn_count(c, n);
+	return n;
 }
 
 static inline ssize_t uls_io_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags)
 {
+	ssize_t n;
+
 	if (__builtin_expect(c->tp == &uls_shm_transport, 1))
-		return uls_shm_recv(c, fd, msg, flags);
-	return uls_conn_recv(c, fd, msg, flags);
+		n = uls_shm_recv(c, fd, msg, flags);
+	else
+		n = uls_conn_recv(c, fd, msg, flags);
+	uls_conn_count(c, n);
+	return n;
 }
 
 /* Turns the core's -errno convention into libc's -1 and errno. */

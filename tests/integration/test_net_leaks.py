@@ -1,5 +1,6 @@
 """Resource leaks: 10,000 connect / small exchange / close cycles between two preloaded
-processes.  Between a checkpoint after a warm-up and one after the cycles (both taken
+processes, every one of them on shared memory (ULSOCK_SHORT_CALLS=0 in the client).
+Between a checkpoint after a warm-up and one after the cycles (both taken
 while every connection is closed), neither process may gain file descriptors (the
 library's own, at 900 and up, may be four at most) or memory mappings, its RSS may not
 grow beyond a small tolerance, and /dev/shm may not gain entries."""
@@ -66,10 +67,12 @@ def test_open_close_cycles_do_not_leak(uls, loop):
     server, port = start_net_server(uls, *args)
     # One 256-byte write per connection: several small writes would wait on Nagle and
     # delayed ACKs over kernel TCP, which makes the run slow without testing more.
+    # ULSOCK_SHORT_CALLS=0: connections this short would soon stay on kernel TCP, and the
+    # segments' life is what this test watches.
     client = uls.start([uls.helper("net_client"), "--port", port, "--conns", total,
                         "--bytes", "256", "--min-io", "256", "--max-io", "256", "--io", "mix",
                         "--pause-at", WARMUP, "--pause-at", WARMUP + CYCLES],
-                       name="client", stdin=True)
+                       name="client", stdin=True, env={"ULSOCK_SHORT_CALLS": "0"})
     client.wait_for(rf"PAUSE done={WARMUP}$", timeout=120)
     before = snapshot([client, server])
     client.send_line()

@@ -13,6 +13,7 @@ shares with the integration suites and the tools (processes, ports, the environm
 ulsock's log lines) is in tests/pylib/ulstest.
 """
 
+import collections
 import os
 import shutil
 import signal
@@ -48,6 +49,19 @@ def require(program):
 def port_of(addr):
     """'1.2.3.4:80' or '[::1]:80' -> 80."""
     return int(addr.rsplit(":", 1)[1])
+
+
+# A client keeps a connection on kernel TCP when its last ones to that address and port
+# were short (README, ULSOCK_SHORT_CALLS); its server then finds no segment.
+SHORT_KEPT = "connections to this destination are short (ULSOCK_SHORT_CALLS)"
+NO_SEGMENT = "peer made no segment (no ulsock, or short connections)"
+
+
+def short_kept(client_end):
+    """The client's connections kept on kernel TCP for being short: a Counter of their
+    local ports (which the server sees as the peer's)."""
+    return collections.Counter(port_of(c["local"]) for c in client_end.connections()
+                               if c["path"] == "kernel" and c["reason"] == SHORT_KEPT)
 
 
 class End:

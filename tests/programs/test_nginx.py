@@ -22,12 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from proglib import (ULSOCK, End, assert_fast_path, assert_kernel_path, assert_other_user,
-                     both_ulsock, free_port, one_plain, port_of, require)
+from proglib import (NO_SEGMENT, SHORT_KEPT, ULSOCK, End, assert_fast_path, assert_kernel_path,
+                     assert_other_user, both_ulsock, free_port, one_plain, port_of, require,
+                     short_kept)
 from ulstest import procs  # noqa: E402 (proglib puts it on the path)
-from weblib import (FILES, WRITE_OUT, WRITE_OUT_LINE, check_download_series, check_downloads,
-                    curl, file_sha256, get_args, make_files, sha256, stat_rows, wrk_result,
-                    wrk_start)
+from weblib import (FILES, WRITE_OUT, WRITE_OUT_LINE, EnvEnd, check_download_series,
+                    check_downloads, curl, file_sha256, get_args, make_files, sha256, stat_rows,
+                    wrk_result, wrk_start)
 
 MODES = ["plain", "both", "server", "client"]
 SERVE = dict(FILES, **{"kib.bin": 1024})
@@ -194,7 +195,10 @@ CLOSED_FIRST = "peer closed its socket before the accept"
 def assert_fast_path_served(server_end, client_end, nginx, unread):
     """Both ends ulsock: every connection that carried a request went over shm.
 
-    A connection without a request may stay on kernel TCP: wrk opens one to check the
+    A connection the client kept on kernel TCP because its last ones to nginx were short
+    (wrk with a connection per request: README, ULSOCK_SHORT_CALLS) is decided as well,
+    and so is the server's side of it. A connection without a request may stay on kernel
+    TCP: wrk opens one to check the
     address and closes it at once (wrk.lua's resolve calls connect and close). So may
     one with a request whose client closed before nginx accepted it (wrk, when its time
     is up, exits with connections in the listen queue; the request went over TCP, as
@@ -210,9 +214,16 @@ def assert_fast_path_served(server_end, client_end, nginx, unread):
     for r in nginx.access_log():
         served[r["remote_port"]].add(r["connection"])
     assert served, "nginx logged no request"
-    for end, own, allowed in ((server_end, "peer", 0), (client_end, "local", unread)):
+    kept = short_kept(client_end)
+    for end, own, allowed, excused in ((server_end, "peer", 0, NO_SEGMENT),
+                                       (client_end, "local", unread, SHORT_KEPT)):
         shm = collections.Counter(port_of(c[own]) for c in end.connections()
                                   if c["path"] == "shm" or c["reason"] == CLOSED_FIRST)
+        # A connection the client kept on kernel TCP for being short is decided too.
+        short = collections.Counter(port_of(c[own]) for c in end.connections()
+                                    if c["reason"] == excused)
+        for p, n in short.items():
+            shm[p] += min(n, kept[p])
         missing = {p: (len(conns), shm[p]) for p, conns in served.items()
                    if shm[p] < len(conns)}
         deficit = sum(n - m for n, m in missing.values())
@@ -320,12 +331,19 @@ def stat_during(nginx, mode, wrk):
             assert r["path"] == "kernel" and r["reason"], rows
 
 
-@pytest.mark.parametrize("close", [False, True], ids=["keepalive", "close"])
+@pytest.mark.parametrize("close", [False, True, "all"], ids=["keepalive", "close", "close-shm"])
 @pytest.mark.parametrize("mode", MODES)
 def test_wrk(harness, make_end, tmp_path, mode, close):
     """wrk -t2 -c16 -d2s against a 1 KiB file: requests completed, no socket errors, no
-    error statuses; nginx logged at least as many 200s and nothing else."""
+    error statuses; nginx logged at least as many 200s and nothing else. With a
+    connection per request most of wrk's connections stay on kernel TCP after the first
+    few (README, ULSOCK_SHORT_CALLS); close-shm sets ULSOCK_SHORT_CALLS=0 in wrk, so that
+    every one of them takes the shared-memory path."""
+    if close == "all" and mode != "both":
+        pytest.skip("ULSOCK_SHORT_CALLS=0 changes nothing with a plain end")
     server_end, client_end = ends(make_end, mode)
+    if close == "all":
+        client_end = EnvEnd(client_end, {"ULSOCK_SHORT_CALLS": "0"})
     nginx = Nginx(harness, server_end, tmp_path)
     wrk = wrk_start(harness, client_end, nginx.base + "/kib.bin", connections=CONNECTIONS,
                     close=close)
@@ -347,6 +365,72 @@ def test_wrk(harness, make_end, tmp_path, mode, close):
     if close:
         assert all(r["connection_requests"] == 1 for r in log), log[:10]
     check_paths(mode, server_end, client_end, nginx, unread=CONNECTIONS)
+    if close == "all":
+        assert not short_kept(client_end), client_end.connections()[:10]
+
+
+SHORT_RUN = 4  # short connections in a row that keep the next ones on TCP (shortconn.h)
+
+
+@pytest.mark.parametrize("learn", [True, False], ids=["default", "off"])
+def test_short_connections(harness, make_end, tmp_path, learn):
+    """One curl process: 12 downloads of 1 KiB, each on its own connection (Connection:
+    close), then 10 of 100 KiB on one kept-alive connection, then 2 of 1 KiB with
+    Connection: close (the first on that connection still, which it closes; the second
+    on a new one). Every byte arrives. By default the client keeps a connection on kernel TCP once its last 4 to
+    nginx carried a request and its answer only (README, ULSOCK_SHORT_CALLS): the first 4
+    take shared memory, later short ones mostly not (one that took 50 ms or more would
+    start the run again: the test allows for a slow machine); the kept-alive connection,
+    measured by the kernel, is long, so the next one takes shared memory again. nginx
+    finds no segment for each kept one. With ULSOCK_SHORT_CALLS=0 every connection
+    takes shared memory."""
+    server_end, client_end = both_ulsock(make_end)
+    if not learn:
+        client_end = EnvEnd(client_end, {"ULSOCK_SHORT_CALLS": "0"})
+    nginx = Nginx(harness, server_end, tmp_path)
+    groups = [("close", 12), ("keepalive", 10), ("close", 2)]
+    args, names = [], []
+    for i, (kind, n) in enumerate(groups):
+        out_dir = tmp_path / ("got-%d" % i)
+        out_dir.mkdir()
+        if args:
+            args.append("--next")
+        if kind == "close":
+            args += ["-H", "Connection: close"]
+        name = "kib.bin" if kind == "close" else "page.bin"
+        for j in range(n):
+            args += ["-o", str(out_dir / ("%d.bin" % j)), "-w", WRITE_OUT,
+                     "%s/%s" % (nginx.base, name)]
+            names.append((name, out_dir / ("%d.bin" % j)))
+    results = curl(harness, client_end, args)
+    assert len(results) == len(names), results
+    for (name, path), (status, size, _, _) in zip(names, results):
+        assert status == 200 and size == SERVE[name], (path, status, size)
+        assert file_sha256(path) == nginx.sums[name], path
+    connects = [r[3] for r in results]
+    # The first of the last two goes on the kept-alive connection, and closes it.
+    assert connects == [1] * 12 + [1] + [0] * 9 + [0, 1], connects
+    nginx.quit()
+
+    conns = client_end.connections()
+    assert len(conns) == 14, conns
+    paths = ["kept" if c["reason"] == SHORT_KEPT else c["path"] for c in conns]
+    assert set(paths) <= {"shm", "kept"}, conns
+    if learn:
+        assert paths[:SHORT_RUN] == ["shm"] * SHORT_RUN, paths
+        first = paths.index("kept") if "kept" in paths else None
+        assert first is not None and first < 12, paths
+        # After the kept-alive connection (the 13th), the next one takes shm again.
+        assert paths[13] == "shm", paths
+    else:
+        assert paths == ["shm"] * 14, paths
+    server = server_end.connections()
+    assert len(server) == 14, server
+    assert [c["path"] for c in server].count("shm") == paths.count("shm"), (server, paths)
+    kept_ports = short_kept(client_end)
+    for c in server:
+        if c["path"] != "shm":
+            assert c["reason"] == NO_SEGMENT and kept_ports[port_of(c["peer"])], (c, kept_ports)
 
 
 def world_dir(tmp_path):

@@ -104,8 +104,10 @@ static inline void pair_watchdog(void)
 
 /*
  * The ULSOCK_* variables as the test wants them, whatever the caller's shell exported:
- * all unset (the defaults), the profile named. Loaded at once; call with no connection
- * busy, since the spin budget is read by every wait.
+ * all unset (the defaults), the profile named, and ULSOCK_SHORT_CALLS=0: the pairs are
+ * many short connections to one listener, each of which must take shared memory
+ * (core/shortconn.h). Loaded at once; call with no connection busy, since the spin
+ * budget is read by every wait.
  */
 static inline void pair_profile(const char *profile)
 {
@@ -125,6 +127,7 @@ static inline void pair_profile(const char *profile)
 		CHECK_EQ(unsetenv(name), 0);
 	}
 	CHECK_EQ(setenv("ULSOCK_PROFILE", profile, 1), 0);
+	CHECK_EQ(setenv("ULSOCK_SHORT_CALLS", "0", 1), 0);
 	uls_config_load();
 }
 

@@ -121,7 +121,7 @@ static enum uls_tp_answer shm_accept(struct uls_conn *c, int fd, char *why, size
 	}
 	err = uls_seg_open_as(&s->seg, id.uid, id.ino, id.cookie);
 	if (err == -ENOENT) {
-		snprintf(why, wlen, "peer does not run ulsock");
+		snprintf(why, wlen, "peer made no segment (no ulsock, or short connections)");
 		return ULS_TP_DECLINED;
 	}
 	if (err < 0) {

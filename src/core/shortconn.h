@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Destinations whose connections are too short to pay for a fast path.
+ *
+ * A connection on shared memory costs its two processes about 60 µs of CPU more to set
+ * up and tear down than kernel TCP (a segment file created, mapped, named, opened by the
+ * server, unmapped and freed: docs/PERFORMANCE.md, "Short connections"); a connection
+ * that carries one request and its answer never wins that back, and a program that opens
+ * one per request (Ganglia, HTTP/1.0, a health check) runs slower than on kernel TCP.
+ *
+ * So a client process remembers, per destination (address and port), whether its last
+ * connections there were short: fewer than ULSOCK_SHORT_CALLS units moved on the
+ * client's side (a unit: a send or receive call that moved data, plus one per 64 KiB of
+ * it) in less than ULS_SHORT_LIFE_NS. After ULS_SHORT_RUN short ones in a row, new
+ * connections there stay on kernel TCP, with that reason in the log and `ulsock stat`.
+ * Those are measured too, from the kernel's own count of data segments (TCP_INFO) at
+ * their last close, and the first one that is not short gives the destination back to
+ * the fast path. Only connections that had a fast path or were kept off it here count:
+ * one whose server does not run ulsock teaches nothing.
+ *
+ * The table is per process and small (the least recently used destination goes); its
+ * lock is only ever tried (connect and close may run in a signal handler), and a busy
+ * lock means "accelerate" and "learn nothing".
+ */
+#ifndef ULS_SHORTCONN_H
+#define ULS_SHORTCONN_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "config.h"
+
+#define ULS_SHORT_RUN 4
+#define ULS_SHORT_LIFE_NS 50000000ull
+#define ULS_SHORT_UNIT_SHIFT 16
+#define ULS_SHORT_DESTS 64
+
+/* The reason a connection kept off the fast path here gets. */
+#define ULS_SHORT_REASON "connections to this destination are short (ULSOCK_SHORT_CALLS)"
+
+/* Should a new connection to dst stay on kernel TCP? 1: yes. */
+int uls_short_skip(const struct sockaddr *dst);
+
+/* A client connection to dst ended after moving `units` in life_ns. */
+void uls_short_note(const struct sockaddr *dst, uint32_t units, uint64_t life_ns);
+
+/* The units of a connection on kernel TCP, from the kernel's data segments in and out
+ * (TCP_INFO); UINT32_MAX when the kernel cannot tell (it then counts as long). */
+uint32_t uls_short_kernel_units(int fd);
+
+/* Units a call that moved n bytes adds to `have`, saturated at ULS_SHORT_CALLS_MAX. */
+static inline uint32_t uls_short_units_add(uint32_t have, uint64_t n)
+{
+	uint64_t u = (uint64_t)have + 1 + (n >> ULS_SHORT_UNIT_SHIFT);
+
+	return u > ULS_SHORT_CALLS_MAX ? ULS_SHORT_CALLS_MAX : (uint32_t)u;
+}
+
+/* In a fork child: the lock may have been held by another thread. */
+void uls_short_atfork_child(void);
+
+/* Forgets every destination (tests). */
+void uls_short_reset(void);
+
+#endif
