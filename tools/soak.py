@@ -231,10 +231,10 @@ def parse_args():
 class Helper(procs.GroupProc):
     """A helper program under `ulsock run --profile P --`, in its own process group, with
     its output (stdout and stderr) in NAME.out and its ulsock log (level info) in
-    NAME.ulsock.log of the work directory, with ULSOCK_SHORT_CALLS=0. PRELOAD false: the program alone. USER: run as
-    this user (a passwd entry) through setpriv; its ulsock log then goes to stderr, into
-    NAME.out, which this process opened (the work directory is not that user's). ENV: more
-    variables."""
+    NAME.ulsock.log of the work directory, with ULSOCK_SHORT_CALLS=0. PRELOAD false: the
+    program alone. USER: run as this user (a passwd entry) through setpriv; its ulsock log
+    then goes to stderr, into NAME.out, which this process opened (the work directory is
+    not that user's). ENV: more variables."""
 
     def __init__(self, ctx, name, argv, stdin=False, preload=True, user=None, env=None):
         self.name = name

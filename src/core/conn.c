@@ -254,6 +254,10 @@ void uls_conn_set_kernel(struct uls_conn *c, int fd, const char *reason)
 
 	pthread_mutex_lock(&c->mu);
 	if (atomic_load(&c->path) != ULS_PATH_KERNEL) {
+		/* A client offered the fast path that its peer never took (core/shortconn.h). */
+		if (atomic_load(&c->path) == ULS_PATH_PENDING && c->role == ULS_CLIENT &&
+		    c->tp != &uls_kernel_transport)
+			c->short_refused = 1;
 		left = c->logged; /* its path was logged: say that it changed, and why */
 		snprintf(c->reason, sizeof(c->reason), "%s", reason);
 		atomic_store(&c->path, ULS_PATH_KERNEL);
@@ -449,9 +453,10 @@ static int kept_for_calls(struct uls_conn *c, int fd)
 }
 
 /*
- * A client's connection ends in this process: was it short (core/shortconn.h)? Only one
- * that had a fast path, or was kept off it for being short, says anything about its
- * destination.
+ * A client's connection ends in this process: was it short (core/shortconn.h)? One that
+ * had a fast path, or was kept off it, says so by what it moved; one whose peer never
+ * took the fast path it was offered counts as short (the offer cost a segment and bought
+ * nothing); one that left the fast path later says nothing.
  */
 static void note_length(struct uls_conn *c, int fd)
 {
@@ -460,6 +465,10 @@ static void note_length(struct uls_conn *c, int fd)
 
 	if (c->role != ULS_CLIENT || !uls_cfg.short_calls)
 		return;
+	if (c->short_refused) { /* the offer bought nothing, however long the connection */
+		uls_short_note((struct sockaddr *)&c->peer_sa, 0, 0);
+		return;
+	}
 	if (c->short_kept)
 		units = uls_short_kernel_units(uls_conn_fd(c, fd));
 	else if (c->tp != &uls_kernel_transport && (path == ULS_PATH_SHM || path == ULS_PATH_FABRIC))

@@ -36,6 +36,9 @@ struct uls_conn {
 	_Atomic int closed; /* the last descriptor was closed: calls still inside fail */
 	int role;           /* ULS_CLIENT or ULS_SERVER */
 	_Atomic int path;
+	/* Units moved on a fast path (uls_conn_count, core/shortconn.h): beside path, which
+	 * every call reads. */
+	_Atomic uint32_t units;
 	_Atomic int nonblock;
 	_Atomic int peer_gone; /* the TCP stream from the peer ended (FIN or RST) */
 	_Atomic int peer_err;  /* errno to report once the ring is drained, or 0 */
@@ -94,12 +97,13 @@ struct uls_conn {
 	 * shared memory the segment's): tells a conn from one that reused its memory. 0 on
 	 * kernel TCP. */
 	uint64_t tp_id;
-	/* A client's measure of its connection for core/shortconn.h: units moved on a fast
-	 * path (uls_conn_count), when it was made, and whether it was kept on kernel TCP
-	 * for being short (then the kernel counts its units). */
-	_Atomic uint32_t units;
+	/* A client's measure of its connection for core/shortconn.h: when it was made,
+	 * whether it was kept on kernel TCP (then the kernel counts its units; on a fast
+	 * path, units does), and whether its peer never took the fast path offered (under
+	 * mu). */
 	uint64_t born_ns;
 	int short_kept;
+	int short_refused;
 };
 
 /*

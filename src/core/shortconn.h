@@ -15,8 +15,10 @@
  * connections there stay on kernel TCP, with that reason in the log and `ulsock stat`.
  * Those are measured too, from the kernel's own count of data segments (TCP_INFO) at
  * their last close, and the first one that is not short gives the destination back to
- * the fast path. Only connections that had a fast path or were kept off it here count:
- * one whose server does not run ulsock teaches nothing.
+ * the fast path. A connection that was offered the fast path and never got on it (a
+ * server without ulsock, one that declined, a move back before the server attached)
+ * counts as short whatever it moved: the offer cost a segment and bought nothing. One
+ * that left the fast path later (a move back to kernel TCP) teaches nothing.
  *
  * The table is per process and small (the least recently used destination goes); its
  * lock is only ever tried (connect and close may run in a signal handler), and a busy
@@ -36,7 +38,7 @@
 #define ULS_SHORT_DESTS 64
 
 /* The reason a connection kept off the fast path here gets. */
-#define ULS_SHORT_REASON "connections to this destination are short (ULSOCK_SHORT_CALLS)"
+#define ULS_SHORT_REASON "last connections to this destination were short or not accelerated (ULSOCK_SHORT_CALLS)"
 
 /* Should a new connection to dst stay on kernel TCP? 1: yes. */
 int uls_short_skip(const struct sockaddr *dst);

@@ -53,7 +53,8 @@ def port_of(addr):
 
 # A client keeps a connection on kernel TCP when its last ones to that address and port
 # were short (README, ULSOCK_SHORT_CALLS); its server then finds no segment.
-SHORT_KEPT = "connections to this destination are short (ULSOCK_SHORT_CALLS)"
+SHORT_KEPT = ("last connections to this destination were short or not accelerated "
+              "(ULSOCK_SHORT_CALLS)")
 NO_SEGMENT = "peer made no segment (no ulsock, or short connections)"
 
 

@@ -372,22 +372,8 @@ def test_wrk(harness, make_end, tmp_path, mode, close):
 SHORT_RUN = 4  # short connections in a row that keep the next ones on TCP (shortconn.h)
 
 
-@pytest.mark.parametrize("learn", [True, False], ids=["default", "off"])
-def test_short_connections(harness, make_end, tmp_path, learn):
-    """One curl process: 12 downloads of 1 KiB, each on its own connection (Connection:
-    close), then 10 of 100 KiB on one kept-alive connection, then 2 of 1 KiB with
-    Connection: close (the first on that connection still, which it closes; the second
-    on a new one). Every byte arrives. By default the client keeps a connection on kernel TCP once its last 4 to
-    nginx carried a request and its answer only (README, ULSOCK_SHORT_CALLS): the first 4
-    take shared memory, later short ones mostly not (one that took 50 ms or more would
-    start the run again: the test allows for a slow machine); the kept-alive connection,
-    measured by the kernel, is long, so the next one takes shared memory again. nginx
-    finds no segment for each kept one. With ULSOCK_SHORT_CALLS=0 every connection
-    takes shared memory."""
-    server_end, client_end = both_ulsock(make_end)
-    if not learn:
-        client_end = EnvEnd(client_end, {"ULSOCK_SHORT_CALLS": "0"})
-    nginx = Nginx(harness, server_end, tmp_path)
+def short_series(harness, client_end, nginx, tmp_path):
+    """The curl series of test_short_connections, every byte checked."""
     groups = [("close", 12), ("keepalive", 10), ("close", 2)]
     args, names = [], []
     for i, (kind, n) in enumerate(groups):
@@ -407,9 +393,47 @@ def test_short_connections(harness, make_end, tmp_path, learn):
     for (name, path), (status, size, _, _) in zip(names, results):
         assert status == 200 and size == SERVE[name], (path, status, size)
         assert file_sha256(path) == nginx.sums[name], path
-    connects = [r[3] for r in results]
     # The first of the last two goes on the kept-alive connection, and closes it.
+    connects = [r[3] for r in results]
     assert connects == [1] * 12 + [1] + [0] * 9 + [0, 1], connects
+
+
+def test_short_connections_plain_server(harness, make_end, tmp_path):
+    """The series of test_short_connections from a ulsock curl to a plain nginx: the
+    first 4 connections offer the fast path (a segment each) and nginx never takes it;
+    later short ones are not offered it (README, ULSOCK_SHORT_CALLS), the kept-alive
+    connection is long, so the next one is offered it again. Every connection is on
+    kernel TCP with a reason, every byte arrives."""
+    server_end, client_end = one_plain(make_end, "client")
+    nginx = Nginx(harness, server_end, tmp_path)
+    short_series(harness, client_end, nginx, tmp_path)
+    nginx.quit()
+    conns = client_end.connections()
+    assert len(conns) == 14, conns
+    assert all(c["path"] == "kernel" and c["reason"] for c in conns), conns
+    kept = [c["reason"] == SHORT_KEPT for c in conns]
+    assert kept[:SHORT_RUN] == [False] * SHORT_RUN, conns
+    assert kept[SHORT_RUN:13] == [True] * (13 - SHORT_RUN), conns
+    assert kept[13] is False, conns
+
+
+@pytest.mark.parametrize("learn", [True, False], ids=["default", "off"])
+def test_short_connections(harness, make_end, tmp_path, learn):
+    """One curl process: 12 downloads of 1 KiB, each on its own connection (Connection:
+    close), then 10 of 100 KiB on one kept-alive connection, then 2 of 1 KiB with
+    Connection: close (the first on that connection still, which it closes; the second
+    on a new one). Every byte arrives. By default the client keeps a connection on kernel
+    TCP once its last 4 to nginx carried a request and its answer only (README,
+    ULSOCK_SHORT_CALLS): the first 4 take shared memory, later short ones mostly not
+    (one that took 50 ms or more would start the run again: the test allows for a slow
+    machine); the kept-alive connection, measured by the kernel, is long, so the next one
+    takes shared memory again. nginx finds no segment for each kept one. With
+    ULSOCK_SHORT_CALLS=0 every connection takes shared memory."""
+    server_end, client_end = both_ulsock(make_end)
+    if not learn:
+        client_end = EnvEnd(client_end, {"ULSOCK_SHORT_CALLS": "0"})
+    nginx = Nginx(harness, server_end, tmp_path)
+    short_series(harness, client_end, nginx, tmp_path)
     nginx.quit()
 
     conns = client_end.connections()
