@@ -1,12 +1,17 @@
-"""Benchmark rows for nginx with wrk: HTTP GET of one static file, requests per second.
+"""Benchmark rows for nginx with wrk and ab: HTTP GET of one static file, requests per
+second.
 
 nginx runs in the foreground as a master and two workers that send the file with
 sendfile(2), from a temporary directory of its own; wrk opens 32 kept-alive connections
 on two threads for params["seconds"] (>= 2 s in the full mode, 1 s in --smoke). Both
 processes are wrapped by the substrate. A run with socket errors or error statuses
-fails instead of giving a number.
+fails instead of giving a number. The ab rows open a connection per request (HTTP/1.0,
+one at a time), the pattern of README's ULSOCK_SHORT_CALLS: with both ends on the
+substrate, and with nginx plain and only ab on it (a ulsock client of a local server
+that does not run ulsock).
 """
 
+import contextlib
 import os
 import tempfile
 
@@ -50,25 +55,64 @@ def _user_line():
                             grp.getgrgid(os.getegid()).gr_name)
 
 
+@contextlib.contextmanager
+def _nginx(server_sub, size, record):
+    """nginx serving /file.bin of size random bytes, run as server_sub wraps it, from a
+    temporary directory; yields its port."""
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="uls-bench-nginx-") as d:
+        os.mkdir(os.path.join(d, "www"))
+        with open(os.path.join(d, "www", "file.bin"), "wb") as f:
+            f.write(os.urandom(size))
+        conf = os.path.join(d, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write(CONFIG.format(user=_user_line(), d=d, port=port))
+        with _server(server_sub, ["nginx", "-p", d + "/", "-c", conf, "-e", d + "/error.log",
+                                  "-g", "daemon off;"], port, record):
+            yield port
+
+
 def nginx_wrk(size):
     def fn(sub, params, record):
-        port = free_port()
         secs = max(1, int(params["seconds"]))
-        with tempfile.TemporaryDirectory(prefix="uls-bench-nginx-") as d:
-            os.mkdir(os.path.join(d, "www"))
-            with open(os.path.join(d, "www", "file.bin"), "wb") as f:
-                f.write(os.urandom(size))
-            conf = os.path.join(d, "nginx.conf")
-            with open(conf, "w") as f:
-                f.write(CONFIG.format(user=_user_line(), d=d, port=port))
-            with _server(sub, ["nginx", "-p", d + "/", "-c", conf, "-e", d + "/error.log",
-                               "-g", "daemon off;"], port, record):
-                out = _client(sub, ["wrk", "-t2", "-c32", "-d%ds" % secs, "--timeout", "10s",
-                                    "http://127.0.0.1:%d/file.bin" % port], record, secs + 60)
+        with _nginx(sub, size, record) as port:
+            out = _client(sub, ["wrk", "-t2", "-c32", "-d%ds" % secs, "--timeout", "10s",
+                                "http://127.0.0.1:%d/file.bin" % port], record, secs + 60)
         for bad in ("Socket errors", "Non-2xx"):
             if bad in out:
                 raise BenchError("wrk reported %s:\n%s" % (bad, out[-1500:]))
         return parse_float(r"Requests/sec:\s+([0-9.]+)", out, "request rate")
+    return fn
+
+
+class _Plain:
+    """A substrate's twin that runs its program plain (the server of a row that puts only
+    the client on the substrate)."""
+
+    def __init__(self, sub):
+        self._sub = sub
+
+    def wrap(self, argv):
+        return list(argv)
+
+    def env(self):
+        return self._sub.env()
+
+    def check(self):
+        pass
+
+
+def nginx_ab(server_plain):
+    def fn(sub, params, record):
+        secs = max(1, int(params["seconds"]))
+        with _nginx(_Plain(sub) if server_plain else sub, 1024, record) as port:
+            # -n after -t: ab's -t alone stops at 50,000 requests.
+            out = _client(sub, ["ab", "-q", "-t", str(secs), "-n", "10000000", "-c", "1",
+                                "http://127.0.0.1:%d/file.bin" % port], record, secs + 60)
+        failed = parse_float(r"Failed requests:\s+(\d+)", out, "failed requests")
+        if failed or "Non-2xx" in out:
+            raise BenchError("ab reported failures:\n%s" % out[-1500:])
+        return parse_float(r"Requests per second:\s+([0-9.]+)", out, "request rate")
     return fn
 
 
@@ -77,4 +121,8 @@ BENCHMARKS = [
                        nginx_wrk(1024), ["nginx", "wrk"]),
     benchlib.Benchmark("nginx64k", "nginx + wrk GET 64 KiB, 32 connections", "req/s", False,
                        nginx_wrk(64 * 1024), ["nginx", "wrk"]),
+    benchlib.Benchmark("nginx_ab", "nginx + ab GET 1 KiB, a connection per request",
+                       "req/s", False, nginx_ab(False), ["nginx", "ab"]),
+    benchlib.Benchmark("nginx_ab_plain", "plain nginx + ab GET 1 KiB, a connection per "
+                       "request", "req/s", False, nginx_ab(True), ["nginx", "ab"]),
 ]
