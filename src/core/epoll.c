@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "bell.h"
 #include "conn.h"
@@ -103,16 +104,25 @@ static int grow(struct uls_epoll *ep, int fd)
 /*
  * Sockets that may become accelerated, and epoll sets that may hold some, are watched. A
  * connection on the kernel path stays there (nothing moves it back onto a transport): the
- * kernel decides its readiness alone, and a set of such members is the kernel's.
+ * kernel decides its readiness alone, and a set of such members is the kernel's. So does
+ * a listening socket (its connections are other descriptors): a set that holds one must
+ * not count as a set with rings, whose waits spin first, or a server with only kernel
+ * TCP connections (remote clients, ULSOCK_DISABLE) would spin in every wait. One
+ * getsockopt per registration of an unconnected TCP socket, which is nearly always a
+ * listener (a connecting socket is a connection already).
  */
 static int worth_watching(int fd)
 {
 	struct uls_fd *e = uls_fd_classify(fd);
 	uint8_t kind = e ? atomic_load(&e->kind) : ULS_FD_PLAIN;
+	int on = 0;
+	socklen_t len = sizeof(on);
 
 	if (kind == ULS_FD_CONN)
 		return !uls_kernel_for_good(fd);
-	return kind == ULS_FD_TCP || kind == ULS_FD_EPOLL;
+	if (kind == ULS_FD_TCP)
+		return uls_libc.getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) < 0 || !on;
+	return kind == ULS_FD_EPOLL;
 }
 
 int uls_kernel_for_good(int fd)

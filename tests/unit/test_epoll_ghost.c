@@ -40,6 +40,7 @@
 #include <sys/ioctl.h>
 
 #include "conn_pair.h"
+#include "core/event_int.h"
 
 #define RING 4096u
 /* The bound of a wait that must report an event. */
@@ -676,6 +677,39 @@ static int known_bug(const struct subject *s, enum reuse how)
 	return s->via == CORE_RING && how == UNSEEN_DUPED;
 }
 
+/*
+ * A listening socket in a set is not watched (core/epoll.c, worth_watching): a set that
+ * holds a listener and kernel TCP connections is the kernel's, and its waits never spin.
+ * An unconnected TCP socket that does not listen is watched (it may connect onto a ring).
+ */
+static void case_listener(void)
+{
+	const struct subject s = {"the core's epoll, a listener", CORE_KERNEL, 0};
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int u = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct set st;
+
+	check_context("%s", s.name);
+	CHECK(l >= 0 && u >= 0);
+	set_open(&st, &s);
+	/* Both as preload/socket.c's socket() leaves a TCP socket. */
+	atomic_store(&pair_entry(l, 0)->kind, ULS_FD_TCP);
+	atomic_store(&pair_entry(u, 0)->kind, ULS_FD_TCP);
+	CHECK_EQ(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
+	CHECK_EQ(listen(l, 4), 0);
+	CHECK_EQ(ctl(&st, EPOLL_CTL_ADD, l, EPOLLIN, TAG(1)), 0);
+	CHECK_EQ(st.ep->nwatch, 0);
+	CHECK_EQ(ctl(&st, EPOLL_CTL_ADD, u, EPOLLIN, TAG(2)), 0);
+	CHECK_EQ(st.ep->nwatch, 1);
+	CHECK_EQ(st.ep->watch[0], u);
+	set_close(&st);
+	uls_fd_clear(l);
+	uls_fd_clear(u);
+	close(l);
+	close(u);
+}
+
 int main(int argc, char **argv)
 {
 	int known_bugs = argc > 1 && strcmp(argv[1], "--known-bugs") == 0;
@@ -699,6 +733,7 @@ int main(int argc, char **argv)
 		if (s->via == CORE_RING)
 			run_case("reverted", case_reverted, s);
 	}
+	case_listener();
 	close(lfd);
 	check_context("%s", "");
 	return CHECK_PASS;
