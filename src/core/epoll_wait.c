@@ -541,15 +541,20 @@ int uls_epoll_wait(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int 
 	pthread_mutex_lock(&ep->mu);
 	/* Drains in this wait do not ring the set's own bell. */
 	uls_bell_current = ep->bell;
-	if (!has_ring(ep)) {
+	if (!holds_ours(ep)) {
 		ep->round++;
 		/* Plain descriptors only: in naps while a transport has work nothing wakes
-		 * this thread for (poll.c, kernel_ppoll_pushing). */
+		 * this thread for (poll.c, kernel_ppoll_pushing). A pass that had nothing for
+		 * the program before the program's timeout (a registration the kernel holds
+		 * and ulsock does not) goes on: epoll_wait without a timeout never returns 0.
+		 * A set with anything of ulsock's in the kernel set (ring members, ghosts of
+		 * closed ones, the bell, a transport's descriptor) takes the loop below, which
+		 * reads all of that. */
 		for (;;) {
 			int64_t ns = uls_ns_remaining(deadline, timeout_ns);
-			int napped = uls_nap_cap(&ns);
+			uls_nap_cap(&ns);
 			n = kernel_pass(ep, epfd, evs, max, ns, mask);
-			if (!napped || n != 0)
+			if (n != 0 || uls_ns_remaining(deadline, timeout_ns) == 0)
 				break;
 		}
 		pthread_mutex_unlock(&ep->mu);
