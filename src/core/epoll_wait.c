@@ -598,10 +598,15 @@ int uls_epoll_wait(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int 
 				break;
 			continue;
 		}
-		/* Spin unlocked, so epoll_ctl from other threads goes on meanwhile. */
-		pthread_mutex_unlock(&ep->mu);
-		int more = uls_spin_more(&spin);
-		pthread_mutex_lock(&ep->mu);
+		/* Spin unlocked, so epoll_ctl from other threads goes on meanwhile; only for
+		 * rings: a set that holds nothing but ulsock's leftovers (ghosts, the bell) and
+		 * kernel members sleeps at once, as one without them does. */
+		int more = 0;
+		if (has_ring(ep)) {
+			pthread_mutex_unlock(&ep->mu);
+			more = uls_spin_more(&spin);
+			pthread_mutex_lock(&ep->mu);
+		}
 		if (more)
 			continue;
 		bell_begin(ep, epfd);
