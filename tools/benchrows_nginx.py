@@ -85,27 +85,11 @@ def nginx_wrk(size):
     return fn
 
 
-class _Plain:
-    """A substrate's twin that runs its program plain (the server of a row that puts only
-    the client on the substrate)."""
-
-    def __init__(self, sub):
-        self._sub = sub
-
-    def wrap(self, argv):
-        return list(argv)
-
-    def env(self):
-        return self._sub.env()
-
-    def check(self):
-        pass
-
-
 def nginx_ab(server_plain):
     def fn(sub, params, record):
         secs = max(1, int(params["seconds"]))
-        with _nginx(_Plain(sub) if server_plain else sub, 1024, record) as port:
+        server = benchlib.Substrate(None, params["build_dir"]) if server_plain else sub
+        with _nginx(server, 1024, record) as port:
             # -n after -t: ab's -t alone stops at 50,000 requests.
             out = _client(sub, ["ab", "-q", "-t", str(secs), "-n", "10000000", "-c", "1",
                                 "http://127.0.0.1:%d/file.bin" % port], record, secs + 60)

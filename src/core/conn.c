@@ -471,7 +471,7 @@ static void note_length(struct uls_conn *c, int fd)
 	}
 	if (c->short_kept)
 		units = uls_short_kernel_units(uls_conn_fd(c, fd));
-	else if (c->tp != &uls_kernel_transport && (path == ULS_PATH_SHM || path == ULS_PATH_FABRIC))
+	else if (path == ULS_PATH_SHM || path == ULS_PATH_FABRIC)
 		units = atomic_load_explicit(&c->units, memory_order_relaxed);
 	else
 		return;

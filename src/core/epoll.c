@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include "bell.h"
 #include "conn.h"
@@ -115,13 +114,11 @@ static int worth_watching(int fd)
 {
 	struct uls_fd *e = uls_fd_classify(fd);
 	uint8_t kind = e ? atomic_load(&e->kind) : ULS_FD_PLAIN;
-	int on = 0;
-	socklen_t len = sizeof(on);
 
 	if (kind == ULS_FD_CONN)
 		return !uls_kernel_for_good(fd);
 	if (kind == ULS_FD_TCP)
-		return uls_libc.getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) < 0 || !on;
+		return !uls_fd_listening(fd);
 	return kind == ULS_FD_EPOLL;
 }
 

@@ -54,6 +54,11 @@ static int sockopt_int(int fd, int level, int name)
 	return v;
 }
 
+int uls_fd_listening(int fd)
+{
+	return sockopt_int(fd, SOL_SOCKET, SO_ACCEPTCONN) == 1;
+}
+
 static enum uls_fd_kind classify(int fd, struct uls_fd *e)
 {
 	struct sockaddr_storage ss;
@@ -67,7 +72,7 @@ static enum uls_fd_kind classify(int fd, struct uls_fd *e)
 	if ((domain != AF_INET && domain != AF_INET6) ||
 	    sockopt_int(fd, SOL_SOCKET, SO_PROTOCOL) != IPPROTO_TCP)
 		return ULS_FD_PLAIN;
-	if (sockopt_int(fd, SOL_SOCKET, SO_ACCEPTCONN) == 1)
+	if (uls_fd_listening(fd))
 		return ULS_FD_PLAIN;
 	if (getpeername(fd, (struct sockaddr *)&ss, &len) < 0)
 		return ULS_FD_TCP;

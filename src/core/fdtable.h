@@ -46,6 +46,8 @@ static inline struct uls_fd *uls_fd_get(int fd)
 }
 /* The entry for fd, classifying an UNKNOWN descriptor first. */
 struct uls_fd *uls_fd_classify(int fd);
+/* Does socket fd listen? (A listener never becomes a connection: the kernel's alone.) */
+int uls_fd_listening(int fd);
 /* Forgets fd (after it was closed by the kernel). */
 void uls_fd_clear(int fd);
 /* Makes newfd describe the same object as oldfd (dup family). */
