@@ -51,6 +51,7 @@
 #include "core/log.h"
 #include "os/libc.h"
 #include "transport/shm/fence.h"
+#include "transport/shm/offers.h"
 #include "transport/shm/shm_int.h"
 
 #define CLOSE_BOUND_NS 2000000000ull /* a close waits at most 100 ms for the peer */
@@ -105,6 +106,8 @@ static int tcp_pair(struct fz *f)
 		return -1;
 	setsockopt(f->cfd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 	setsockopt(f->cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	/* As a client of ulsock does before its connect: the server looks only then. */
+	uls_offer_made((struct sockaddr *)&fuzz_listen_addr);
 	if (connect(f->cfd, (struct sockaddr *)&fuzz_listen_addr, sizeof(fuzz_listen_addr)) < 0 &&
 	    (errno != EINTR || !fuzz_connected(f->cfd)))
 		return -1;

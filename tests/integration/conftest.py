@@ -122,10 +122,16 @@ def proc_map_count(pid):
     return len(Path(f"/proc/{pid}/maps").read_text().splitlines())
 
 
+# A user's offer board (docs/protocol.md, section 3): one small file per user, made at the
+# first connection and kept for good, like a lock file; no leftover and no leak.
+SHM_BOARD_PREFIX = "ulsock-offers."
+
+
 def shm_entries(prefix=SHM_PREFIX):
-    """Names in /dev/shm starting with PREFIX ('' for all)."""
+    """Names in /dev/shm starting with PREFIX ('' for all), the offer boards left out."""
     try:
-        return {p.name for p in SHM_DIR.iterdir() if p.name.startswith(prefix)}
+        return {p.name for p in SHM_DIR.iterdir()
+                if p.name.startswith(prefix) and not p.name.startswith(SHM_BOARD_PREFIX)}
     except FileNotFoundError:
         return set()
 

@@ -56,6 +56,12 @@ def port_of(addr):
 SHORT_KEPT = ("last connections to this destination were short or not accelerated "
               "(ULSOCK_SHORT_CALLS)")
 NO_SEGMENT = "peer made no segment (no ulsock, or short connections)"
+# A server does not even look when no process of its user offered a segment to its port
+# lately (the offer board, docs/protocol.md section 3); it looks and finds none when an
+# offer to another port of the same slot is pending. Either way the client made none.
+NO_OFFER = ("no segment offered to this port by this user (no ulsock, another user, or short "
+            "connections)")
+NO_SEGMENT_REASONS = (NO_SEGMENT, NO_OFFER)
 
 
 def short_kept(client_end):

@@ -25,6 +25,7 @@
 #include "../../os/libc.h"
 #include "fence.h"
 #include "guard.h"
+#include "offers.h"
 #include "shmlock.h"
 #include "wakepipe.h"
 
@@ -79,11 +80,13 @@ static enum uls_tp_answer shm_connect(struct uls_conn *c, int fd, const struct s
 	}
 	bind_role(c, ULS_CLIENT);
 	atomic_store(&s->me->cookie, s->seg.hdr->id.client_cookie);
+	uls_offer_made(dst);
 	return ULS_TP_TAKEN;
 }
 
 static void shm_connect_failed(struct uls_conn *c)
 {
+	uls_offer_done((struct sockaddr *)&c->peer_sa);
 	uls_seg_remove(&shm_of(c)->seg);
 }
 
@@ -93,11 +96,22 @@ static enum uls_tp_answer shm_accept(struct uls_conn *c, int fd, char *why, size
 	const struct sockaddr *self = (struct sockaddr *)&c->local_sa;
 	const struct sockaddr *peer = (struct sockaddr *)&c->peer_sa;
 	struct uls_sockid id;
-	int err;
+	int err, look;
 
 	if (!peer->sa_family || !uls_addr_is_local(peer)) {
 		snprintf(why, wlen, "peer address is not on this host");
 		return ULS_TP_NOT_MINE;
+	}
+	/*
+	 * No client of this user offered a segment to this port lately: no look (offers.h).
+	 * With path lines in the log, where reasons are read, the sock_diag query is still
+	 * made, so that the reason names what it tells (another user, a closed peer); only
+	 * the open is skipped.
+	 */
+	look = uls_offer_waiting(self);
+	if (!look && uls_cfg.log_level < ULS_LOG_INFO) {
+		snprintf(why, wlen, ULS_OFFER_NONE_REASON);
+		return ULS_TP_DECLINED;
 	}
 	err = uls_diag_lookup(peer, self, &id);
 	if (err == -ENOENT) {
@@ -119,6 +133,10 @@ static enum uls_tp_answer shm_accept(struct uls_conn *c, int fd, char *why, size
 		snprintf(why, wlen, "peer closed its socket before the accept");
 		return ULS_TP_DECLINED;
 	}
+	if (!look) {
+		snprintf(why, wlen, ULS_OFFER_NONE_REASON);
+		return ULS_TP_DECLINED;
+	}
 	err = uls_seg_open_as(&s->seg, id.uid, id.ino, id.cookie);
 	if (err == -ENOENT) {
 		snprintf(why, wlen, "peer made no segment (no ulsock, or short connections)");
@@ -128,6 +146,7 @@ static enum uls_tp_answer shm_accept(struct uls_conn *c, int fd, char *why, size
 		snprintf(why, wlen, "peer segment rejected: %s", strerror(-err));
 		return ULS_TP_DECLINED;
 	}
+	uls_offer_done(self);
 	/*
 	 * The client made the file, server's side included: this side starts it afresh, so
 	 * that nothing a client left there (a lock word held, a revert flag) stalls or

@@ -1,0 +1,68 @@
+"""The offer board (docs/protocol.md, section 3): a ulsock server looks for a client's
+segment only when a client of its user offered one to its port. Without path lines in the
+log (the default), a server whose clients run without ulsock keeps every connection on
+kernel TCP without a look and says so in `ulsock stat`; clients under ulsock still get
+the fast path, every one, including connections that arrive while others are open."""
+
+from conftest import check_paths, kv, start_net_server
+
+N = 6
+BYTES = 3000
+NO_OFFER = "no segment offered to this port by this user (no ulsock, another user, or short " \
+           "connections)"
+NO_SEGMENT = "peer made no segment (no ulsock, or short connections)"
+
+
+def hold(uls, port, ulsock, name):
+    """A client holding N echoed connections open; returns it once they all are."""
+    client = uls.start([uls.helper("net_client"), "--port", port, "--hold", "--conns", N,
+                        "--concurrency", "3", "--bytes", BYTES, "--pause-held"],
+                       name=name, ulsock=ulsock, stdin=True, log_level="warn",
+                       env={"ULSOCK_SHORT_CALLS": "0"})
+    client.wait_for(rf"HELD conns={N}", timeout=60)
+    return client
+
+
+def release(client):
+    client.send_line()
+    client.wait(timeout=60)
+    assert kv(client.output(), "OK")["rx"] == str(N * BYTES), client.describe()
+
+
+def server_rows(uls, server):
+    return [e for e in uls.stat() if e["pid"] == server.pid and e["role"] == "server"]
+
+
+def test_server_looks_only_for_offers(uls):
+    server, port = start_net_server(uls, "--max-conns", 2 * N, "--quiet", log_level="warn")
+
+    plain = hold(uls, port, False, "plain")
+    rows = server_rows(uls, server)
+    assert len(rows) == N, rows
+    assert all(e["path"] == "kernel" for e in rows), rows
+    # Another test's offer to a port of the same slot, pending right now, makes the
+    # server look (and find nothing): rare, and never for all of them.
+    assert all(e["reason"] in (NO_OFFER, NO_SEGMENT) for e in rows), rows
+    assert any(e["reason"] == NO_OFFER for e in rows), rows
+    release(plain)
+
+    accelerated = hold(uls, port, True, "accelerated")
+    rows = [e for e in server_rows(uls, server) if e["path"] == "shm"]
+    assert len(rows) == N, server_rows(uls, server)
+    release(accelerated)
+    server.wait(timeout=60)
+
+
+def test_logged_reasons(uls):
+    """With path lines in the log the server still names what the kernel tells of the
+    peer; a plain client's connections say that no segment was offered."""
+    server, port = start_net_server(uls, "--max-conns", N, "--quiet")
+    plain = uls.start([uls.helper("net_client"), "--port", port, "--conns", N,
+                       "--bytes", BYTES], name="plain", ulsock=False)
+    plain.wait(timeout=60)
+    server.wait(timeout=60)
+    check_paths(plain, server, N, port=port)
+    reasons = [ln.reason for ln in server.paths()]
+    assert all(r in (NO_OFFER, NO_SEGMENT) for r in reasons), reasons
+    assert NO_OFFER in reasons, reasons
+    uls.assert_no_shm_leftovers()
