@@ -537,7 +537,6 @@ int uls_epoll_wait(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int 
 
 	if (max <= 0)
 		return -EINVAL;
-	uls_spin_start(&spin);
 	pthread_mutex_lock(&ep->mu);
 	/* Drains in this wait do not ring the set's own bell. */
 	uls_bell_current = ep->bell;
@@ -561,6 +560,9 @@ int uls_epoll_wait(struct uls_epoll *ep, int epfd, struct epoll_event *evs, int 
 		uls_bell_current = was_current;
 		return n;
 	}
+	/* Only a wait that may spin opens one: a plain set's wait would count as a spin that
+	 * met its event at once (spin.c), and teach that spinning pays. */
+	uls_spin_start(&spin);
 	for (;;) {
 		int64_t left = uls_ns_remaining(deadline, timeout_ns);
 		ep->round++;

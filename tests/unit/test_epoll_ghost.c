@@ -41,6 +41,7 @@
 
 #include "conn_pair.h"
 #include "core/event_int.h"
+#include "core/spin.h"
 
 #define RING 4096u
 /* The bound of a wait that must report an event. */
@@ -700,6 +701,25 @@ static void case_listener(void)
 	CHECK_EQ(listen(l, 4), 0);
 	CHECK_EQ(ctl(&st, EPOLL_CTL_ADD, l, EPOLLIN, TAG(1)), 0);
 	CHECK_EQ(st.ep->nwatch, 0);
+	/* Waits on a set of plain sockets never spin, and teach the thread nothing about
+	 * spinning: none counts as a spin that met its event. A spin that ran out first
+	 * leaves a share of hits below the whole that such waits would raise. */
+	struct epoll_event ev;
+	struct uls_spin_learned before, after;
+	struct uls_spin spin;
+	uls_spin_forget();
+	uls_spin_assume_crowded(1); /* a run-out counts as a miss */
+	uls_spin_start(&spin);
+	while (uls_spin_more(&spin))
+		;
+	uls_spin_start_fixed(&spin); /* closes the run-out's books, opens none */
+	uls_spin_learned(&before);
+	for (int i = 0; i < 8; i++)
+		CHECK_EQ(wait_for(&st, &ev, 1, 0), 0);
+	uls_spin_learned(&after);
+	uls_spin_assume_crowded(-1);
+	if (before.hits < 1024) /* else a contention paused that spin: nothing to compare */
+		CHECK_EQ(after.hits, before.hits);
 	CHECK_EQ(ctl(&st, EPOLL_CTL_ADD, u, EPOLLIN, TAG(2)), 0);
 	CHECK_EQ(st.ep->nwatch, 1);
 	CHECK_EQ(st.ep->watch[0], u);
