@@ -19,6 +19,10 @@ fuzz_client: the operations of fuzz_server_peer.c, after a byte of ring sizes: h
 servers (a plain one, one that attaches and streams, moves back or serves the client's
 move back, shuts down and closes) and hostile server words.
 
+fuzz_offers: an offer board file (src/transport/shm/offers.h) and the operations of
+fuzz_offers.c: offers counted and taken back on valid boards, new and short files, boards
+of other layouts or writable by the group, hostile counts and stamps, a file shrunk.
+
 fuzz_fabric_dir: one directory message each (docs/protocol.md 9.3).
 
 fuzz_fabric_msg: fabric messages as protocol.md 9.4, 9.5 and 9.10 lay them out (header,
@@ -607,6 +611,54 @@ def client_seeds():
     return seeds
 
 
+OFFER_MAGIC = 0x0031464F534C55  # "ULSOF1"
+O_PENDING, O_STAMP, O_MADE, O_DONE, O_WAITING, O_SHRINK = range(6)
+O_HEADER, O_SIZE_ZERO, O_SIZE_HALF, O_SIZE_MORE = 0x01, 0x02, 0x04, 0x06
+O_GROUP, O_NOW, O_UID, O_MAGIC, O_VERSION = 0x08, 0x10, 0x20, 0x40, 0x80
+O_VALID = O_UID | O_MAGIC | O_VERSION
+
+
+def o_op(kind, port=8080, value=0):
+    return struct.pack("<BHI", kind, port, value & 0xFFFFFFFF)
+
+
+def offers_seed(flags, ops, version=1, slots=1024, uid=0, magic=OFFER_MAGIC):
+    return bytes([flags]) + struct.pack("<IIIIQ", version, slots, uid, 0, magic) + b"".join(ops)
+
+
+def offers_seeds():
+    cycle = [o_op(O_MADE), o_op(O_WAITING), o_op(O_MADE), o_op(O_DONE), o_op(O_WAITING),
+             o_op(O_DONE), o_op(O_WAITING), o_op(O_DONE), o_op(O_WAITING, 8081)]
+    return {
+        # A board as the module makes it: counted, taken back, never below zero.
+        "valid_cycle": offers_seed(O_VALID, cycle),
+        # A new file (zeros) and one that is short: the module fills and grows them.
+        "new_file": offers_seed(0, cycle),
+        "short_file": offers_seed(O_SIZE_HALF, cycle),
+        "empty_file": offers_seed(O_SIZE_ZERO, cycle),
+        "long_file": offers_seed(O_VALID | O_SIZE_MORE, cycle),
+        # Stamps: fresh, 10 s old, 11 s old, from the future, never.
+        "stamps": offers_seed(O_VALID | O_NOW, [
+            o_op(O_PENDING, value=3), o_op(O_STAMP, value=0), o_op(O_WAITING),
+            o_op(O_STAMP, value=-10), o_op(O_WAITING), o_op(O_STAMP, value=-11),
+            o_op(O_WAITING), o_op(O_STAMP, value=100), o_op(O_WAITING),
+            o_op(O_PENDING, value=1), o_op(O_STAMP, value=0), o_op(O_WAITING)]),
+        # A count at its top wraps with the next offer; one taken back at zero stays.
+        "pending_top": offers_seed(O_VALID, [o_op(O_PENDING, value=0xFFFFFFFF), o_op(O_MADE),
+                                             o_op(O_WAITING), o_op(O_DONE), o_op(O_DONE)]),
+        # Boards the module leaves alone: writable by the group, other layouts.
+        "group_writable": offers_seed(O_VALID | O_GROUP, cycle),
+        "other_magic": offers_seed(O_HEADER | O_UID | O_VERSION, cycle, magic=0x1234),
+        "other_version": offers_seed(O_HEADER | O_UID | O_MAGIC, cycle, version=2),
+        "other_user": offers_seed(O_HEADER | O_MAGIC | O_VERSION, cycle, uid=4242),
+        # Shrunk under the module's mapping: cut, and a server looks from then on.
+        "shrunk": offers_seed(O_VALID, [o_op(O_MADE), o_op(O_SHRINK, value=100), o_op(O_WAITING),
+                                        o_op(O_MADE), o_op(O_DONE), o_op(O_WAITING, 1)]),
+        "shrunk_empty": offers_seed(O_VALID, [o_op(O_MADE), o_op(O_SHRINK, value=0),
+                                              o_op(O_WAITING), o_op(O_MADE)]),
+    }
+
+
 def main():
     write("fuzz_ring", ring_seeds())
     write("fuzz_fabric_msg", fabric_msg_seeds())
@@ -615,6 +667,7 @@ def main():
     write("fuzz_close_revert", close_revert_seeds())
     write("fuzz_stat", stat_seeds())
     write("fuzz_client", client_seeds())
+    write("fuzz_offers", offers_seeds())
 
 
 if __name__ == "__main__":

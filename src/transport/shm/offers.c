@@ -219,7 +219,12 @@ int uls_offer_waiting(const struct sockaddr *self)
 
 void uls_offer_reset(const char *dir)
 {
+	struct uls_offer_board *b = atomic_exchange(&board_at, NULL);
+
+	if (b && b != BOARD_NONE) {
+		uls_guard_forget(b);
+		munmap(b, sizeof(*b));
+	}
 	board_dir = dir ? dir : "/dev/shm";
-	atomic_store(&board_at, NULL);
 	atomic_store(&board_remaps, 0);
 }

@@ -83,8 +83,8 @@ void uls_offer_done(const struct sockaddr *dst);
  * 1: an offer may be waiting (or the board cannot tell); 0: none can be. */
 int uls_offer_waiting(const struct sockaddr *self);
 
-/* Tests: forgets this process's mapping (it stays mapped) and keeps the board in dir
- * from now on (NULL: /dev/shm). Not thread-safe. */
+/* Tests: unmaps this process's board and keeps it in dir from now on (NULL: /dev/shm).
+ * Not thread-safe: no other thread may use the board meanwhile. */
 void uls_offer_reset(const char *dir);
 
 #endif
