@@ -212,6 +212,15 @@ int uls_addr_is_local(const struct sockaddr *sa)
 	return found;
 }
 
+uint16_t uls_addr_port(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return ntohs(((const struct sockaddr_in *)sa)->sin_port);
+	if (sa->sa_family == AF_INET6)
+		return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
+	return 0;
+}
+
 void uls_addr_str(const struct sockaddr *sa, char *buf, size_t len)
 {
 	char a[INET6_ADDRSTRLEN] = "?";

@@ -45,4 +45,7 @@ int uls_addr_is_local(const struct sockaddr *sa);
 /* Formats an address as 1.2.3.4:80 or [::1]:80. */
 void uls_addr_str(const struct sockaddr *sa, char *buf, size_t len);
 
+/* The port of an IPv4 or IPv6 address, in host order; 0 for another family. */
+uint16_t uls_addr_port(const struct sockaddr *sa);
+
 #endif

@@ -38,22 +38,13 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "fuzz_shm.h"
 #include "os/libc.h"
 #include "transport/shm/guard.h"
 #include "transport/shm/offers.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static void must(int ok, const char *expr, int line)
-{
-	if (!ok) {
-		fprintf(stderr, "fuzz_offers.c:%d: assertion failed: %s\n", line, expr);
-		abort();
-	}
-}
-
-#define FUZZ_ASSERT(c) must(!!(c), #c, __LINE__)
 
 #define BOARD_SIZE sizeof(struct uls_offer_board)
 #define PAGE 4096u
@@ -93,11 +84,6 @@ static uint32_t now_s(void)
 	return (uint32_t)ts.tv_sec + 1;
 }
 
-static uint32_t rd32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* The harness's view: its own mapping of the whole board, readable while len covers it. */
 struct view {
 	struct uls_offer_board *map;
@@ -124,8 +110,8 @@ static struct sockaddr_in addr(uint16_t port)
 
 static void run_op(struct view *v, const uint8_t *op, uint8_t flags)
 {
-	uint16_t port = (uint16_t)(op[1] | op[2] << 8);
-	uint32_t value = rd32(op + 3);
+	uint16_t port = (uint16_t)fuzz_le(op + 1, 2);
+	uint32_t value = (uint32_t)fuzz_le(op + 3, 4);
 	struct sockaddr_in a = addr(port);
 	struct uls_offer_slot *s = slot(v, port);
 	uint32_t before = s ? s->pending : 0, stamp = s ? s->stamp : 0;

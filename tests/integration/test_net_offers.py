@@ -5,12 +5,10 @@ kernel TCP without a look and says so in `ulsock stat`; clients under ulsock sti
 the fast path, every one, including connections that arrive while others are open."""
 
 from conftest import check_paths, kv, start_net_server
+from ulstest.logs import NO_OFFER, NO_SEGMENT
 
 N = 6
 BYTES = 3000
-NO_OFFER = "no segment offered to this port by this user (no ulsock, another user, or short " \
-           "connections)"
-NO_SEGMENT = "peer made no segment (no ulsock, or short connections)"
 
 
 def hold(uls, port, ulsock, name):

@@ -52,16 +52,13 @@ def port_of(addr):
 
 
 # A client keeps a connection on kernel TCP when its last ones to that address and port
-# were short (README, ULSOCK_SHORT_CALLS); its server then finds no segment.
+# were short (README, ULSOCK_SHORT_CALLS).
 SHORT_KEPT = ("last connections to this destination were short or not accelerated "
               "(ULSOCK_SHORT_CALLS)")
-NO_SEGMENT = "peer made no segment (no ulsock, or short connections)"
-# A server does not even look when no process of its user offered a segment to its port
-# lately (the offer board, docs/protocol.md section 3); it looks and finds none when an
-# offer to another port of the same slot is pending. Either way the client made none.
-NO_OFFER = ("no segment offered to this port by this user (no ulsock, another user, or short "
-            "connections)")
-NO_SEGMENT_REASONS = (NO_SEGMENT, NO_OFFER)
+# Its server then does not look for a segment (ulstest.logs.NO_OFFER), or looks and finds
+# none when an offer to another port of the board's slot is pending (NO_SEGMENT).
+NO_OFFER = logs.NO_OFFER
+NO_SEGMENT_REASONS = (logs.NO_SEGMENT, logs.NO_OFFER)
 
 
 def short_kept(client_end):

@@ -104,13 +104,6 @@ static void policy_load(void)
 		key_load(uls_cfg.fabric_key);
 }
 
-static uint16_t port_of(const struct sockaddr_storage *sa)
-{
-	if (sa->ss_family == AF_INET)
-		return ntohs(((const struct sockaddr_in *)sa)->sin_port);
-	return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
-}
-
 /* Loopback, link-local or multicast: never a fabric peer (9.1). */
 static int special_addr(const struct sockaddr_storage *sa)
 {
@@ -139,7 +132,7 @@ static enum uls_tp_answer gate(const struct sockaddr_storage *peer, uint16_t ser
 		return ULS_TP_NOT_MINE;
 	pthread_once(&policy_once, policy_load);
 	if (policy.n == 0 || special_addr(peer) || server_port == uls_cfg.fabric_port ||
-	    port_of(peer) == uls_cfg.fabric_port)
+	    uls_addr_port((const struct sockaddr *)peer) == uls_cfg.fabric_port)
 		return ULS_TP_NOT_MINE;
 	if (!uls_fab_policy_allows(&policy, (const struct sockaddr *)peer, server_port)) {
 		snprintf(why, wlen, "fabric: peer not allow-listed");
@@ -181,7 +174,8 @@ enum uls_tp_answer fab_connect(struct uls_conn *c, int fd, const struct sockaddr
 				      const struct uls_conn_hints *hints, char *why, size_t wlen)
 {
 	(void)hints;
-	enum uls_tp_answer a = gate(&c->peer_sa, port_of(&c->peer_sa), why, wlen);
+	enum uls_tp_answer a =
+		gate(&c->peer_sa, uls_addr_port((struct sockaddr *)&c->peer_sa), why, wlen);
 
 	(void)dst;
 	if (a != ULS_TP_TAKEN)
@@ -230,7 +224,8 @@ enum uls_tp_answer fab_accept(struct uls_conn *c, int fd, char *why, size_t wlen
 {
 	struct uls_fab_reg reg;
 	struct fab_conn *f;
-	enum uls_tp_answer a = gate(&c->peer_sa, port_of(&c->local_sa), why, wlen);
+	enum uls_tp_answer a =
+		gate(&c->peer_sa, uls_addr_port((struct sockaddr *)&c->local_sa), why, wlen);
 	int r;
 
 	if (a != ULS_TP_TAKEN)

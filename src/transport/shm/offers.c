@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,6 +12,7 @@
 
 #include "guard.h"
 #include "../../core/config.h"
+#include "../../core/handshake.h"
 #include "../../core/log.h"
 #include "../../os/cpu.h"
 #include "../../os/libc.h"
@@ -42,13 +42,7 @@ static uint32_t now_s(void)
 
 static struct uls_offer_slot *slot_of(struct uls_offer_board *b, const struct sockaddr *sa)
 {
-	uint16_t port = 0;
-
-	if (sa->sa_family == AF_INET)
-		port = ntohs(((const struct sockaddr_in *)sa)->sin_port);
-	else if (sa->sa_family == AF_INET6)
-		port = ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
-	return &b->slot[uls_offer_slot_index(port)];
+	return &b->slot[uls_offer_slot_index(uls_addr_port(sa))];
 }
 
 /* A new file is zeros: give it its header. A header of another layout: not ours. */

@@ -10,6 +10,13 @@ PATH_LINE = re.compile(
     r"^ulsock\[(?P<pid>\d+)\]: fd=(?P<fd>\d+) (?P<local>\S+) -> (?P<peer>\S+) "
     r"path=(?P<path>shm|kernel|fabric)(?: reason=(?P<reason>.*)| provider=(?P<provider>\S+))?$")
 
+# A server's reasons for a local client that made no segment (docs/INTERFACES-dev.md): it
+# looked and found none, or it did not look, since no process of its user offered one to
+# its port lately (the offer board, docs/protocol.md section 3).
+NO_SEGMENT = "peer made no segment (no ulsock, or short connections)"
+NO_OFFER = ("no segment offered to this port by this user (no ulsock, another user, or short "
+            "connections)")
+
 # ulsock[PID]: fd=N LOCAL -> PEER closed: sent X bytes, received Y bytes in this process
 CLOSE_LINE = re.compile(r"^ulsock\[(\d+)\]: fd=(\d+) (\S+) -> (\S+) closed: sent (\d+) bytes, "
                         r"received (\d+) bytes in this process$")
