@@ -3,9 +3,12 @@ ulsock between two hosts, its connection is on the fabric when the hand-off come
 must move back to kernel TCP in place (docs/protocol.md 9.10) without a byte lost or
 repeated; the client (net_client --mode echo) checks every byte.
 
-    fabric_echo.py ADDR HOW AFTER   listen on ADDR (port 0), print "READY port=P", serve one
+    fabric_echo.py ADDR HOW AFTER [PAUSE]
+                                    listen on ADDR (port 0), print "READY port=P", serve one
                                     connection, and after AFTER bytes echoed, once its
-                                    ulsock log names the connection's path, do HOW:
+                                    ulsock log names the connection's path, stop echoing
+                                    for PAUSE seconds (default 0: the client's waits then
+                                    sleep), then do HOW:
         async   fcntl(O_ASYNC) on the socket, then go on echoing in this process
         exec    exec this program again with --fd N: the new image echoes on
         scm     send the socket over a unix socketpair to a child process, which echoes
@@ -21,6 +24,7 @@ import fcntl
 import os
 import socket
 import sys
+import time
 
 
 def echo(conn, limit=None):
@@ -96,6 +100,7 @@ def main():
         finish(socket.socket(fileno=fds[0]), int(msg.decode()))
         return
     addr, how, after = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    pause = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
     conn = accept_one(addr)
     n = echo(conn, after)
     more = echo_until_settled(conn)
@@ -103,6 +108,7 @@ def main():
         print(f"ECHOED n={n - more - 1}", flush=True)
         return
     n += more
+    time.sleep(pause)
     if how == "async":
         fl = fcntl.fcntl(conn.fileno(), fcntl.F_GETFL)
         fcntl.fcntl(conn.fileno(), fcntl.F_SETFL, fl | os.O_ASYNC)

@@ -359,18 +359,22 @@ def test_move_back_with_wakeups(uls, netns, how):
     skipped, by the count in the REVERT, and not a byte of data is lost or taken for one."""
     hosts = Hosts(uls, netns, provider="shm")
     hosts.env["ULSOCK_PROFILE"] = "efficient"
-    client = _move_back(hosts, how)[0]
+    # The server stops echoing for a while on the fabric before the hand-off, so the
+    # client's waits sleep however fast the rest of the stream runs (a run with no wait
+    # at all was seen on a fresh machine).
+    client = _move_back(hosts, how, pause=0.3)[0]
     # The wake-ups ran (the client's close line: it stayed in the process to the end),
     # asked by it or by the server, which it answered.
     asked, _, sent = wake_counts(client)
     assert asked + sent >= 1, client.describe()
 
 
-def _move_back(hosts, how):
-    """Runs test_move_back_mid_stream's exchange on HOSTS; returns the client's and the
-    server's Proc."""
+def _move_back(hosts, how, pause=0.0):
+    """Runs test_move_back_mid_stream's exchange on HOSTS, the server pausing PAUSE
+    seconds on the fabric before its hand-off; returns the client's and the server's
+    Proc."""
     size, after = 16 << 20, 3 << 20
-    server = hosts.uls.start([sys.executable, ECHO, hosts.saddr, how, str(after)],
+    server = hosts.uls.start([sys.executable, ECHO, hosts.saddr, how, str(after), str(pause)],
                              name="echo", env=hosts.env, wrap=hosts.s.prefix,
                              ready=r"READY port=\d+")
     port = int(re.search(r"READY port=(\d+)", server.output())[1])
