@@ -553,11 +553,18 @@ void uls_conn_atfork_child(void)
 	uls_stat_unmap(parent_stats);
 }
 
-void uls_conn_mark_shared_all(void)
+void uls_conn_mark_shared_all(int how)
 {
 	pthread_mutex_lock(&list_mu);
-	for (struct uls_conn *c = conn_list; c; c = c->next)
-		atomic_store(&c->shared, 1);
+	for (struct uls_conn *c = conn_list; c; c = c->next) {
+		int was = 0;
+		/* A fork the transport cannot count shares the socket for good; one it counts
+		 * leaves a socket already shared for good as it is. */
+		if (how == ULS_SHARED_FORK && c->tp->forked && c->tp->forked(c))
+			atomic_compare_exchange_strong(&c->shared, &was, ULS_SHARED_FORK);
+		else
+			atomic_store(&c->shared, ULS_SHARED_STICKY);
+	}
 	pthread_mutex_unlock(&list_mu);
 }
 
@@ -603,8 +610,34 @@ struct uls_conn *uls_conn_local_peer(struct uls_conn *c, int *fd)
 	return NULL;
 }
 
+/*
+ * The counted fork children and parents that held c's socket all closed it: c is this
+ * process's alone again. Under list_mu, which a fork's marking holds, so that a fork
+ * running meanwhile in another thread is either counted before the look or marks after
+ * it. Only tried: a signal handler's close may run here while its thread holds list_mu.
+ */
+static void conn_try_alone(struct uls_conn *c)
+{
+	if (pthread_mutex_trylock(&list_mu) != 0)
+		return;
+	int was = ULS_SHARED_FORK, alone = 0;
+	if (atomic_load(&c->shared) == ULS_SHARED_FORK && c->tp->alone && c->tp->alone(c) &&
+	    atomic_compare_exchange_strong(&c->shared, &was, 0)) {
+		atomic_store(&c->nonblock_stale, 1);
+		alone = 1;
+	}
+	pthread_mutex_unlock(&list_mu);
+	if (alone && uls_cfg.log_level >= ULS_LOG_DEBUG) {
+		char names[140];
+		uls_dbg("%s: the socket is this process's alone again (the other holders since its "
+			"fork closed it)", uls_conn_names(c, names, sizeof(names)));
+	}
+}
+
 int uls_conn_maybe_shared(struct uls_conn *c)
 {
+	if (atomic_load_explicit(&c->shared, memory_order_relaxed) == ULS_SHARED_FORK)
+		conn_try_alone(c);
 	return atomic_load(&c->shared) || c->tp->joined(c);
 }
 

@@ -40,6 +40,9 @@ struct uls_conn {
 	 * every call reads. */
 	_Atomic uint32_t units;
 	_Atomic int nonblock;
+	/* The socket was shared and is this process's alone now: O_NONBLOCK, which the
+	 * others could change, is asked of the kernel once more (transport/shm/io.c). */
+	_Atomic int nonblock_stale;
 	_Atomic int peer_gone; /* the TCP stream from the peer ended (FIN or RST) */
 	_Atomic int peer_err;  /* errno to report once the ring is drained, or 0 */
 	_Atomic int broken;    /* the peer broke the protocol: ECONNRESET from now on */
@@ -56,7 +59,7 @@ struct uls_conn {
 	struct sockaddr_storage local_sa, peer_sa;
 	char reason[96];
 	int logged;
-	_Atomic int shared; /* another process may hold the socket (fork, exec, SCM_RIGHTS) */
+	_Atomic int shared; /* another process may hold the socket: ULS_SHARED_* (0: none) */
 	_Atomic uint64_t sock_ino; /* the inode of this side's socket, once asked (0: not yet) */
 	/*
 	 * The program closed its last descriptor while calls of other threads were inside
@@ -214,8 +217,20 @@ extern __thread int uls_peek_raw;
 /* 1 if this process holds a connection that is not on the kernel path. */
 int uls_conn_any_accelerated(void);
 
-/* Before fork, and when a descriptor of c leaves in an SCM_RIGHTS message. */
-void uls_conn_mark_shared_all(void);
+/*
+ * Who else may hold a connection's socket (c->shared, any value but 0: it is shared).
+ * STICKY: a process the library does not count (exec, spawn, popen, SCM_RIGHTS, a clone
+ * in this memory): shared for good. FORK: fork children that the transport counts (its
+ * forked op); a side whose other holders all closed is alone again
+ * (uls_conn_maybe_shared), so a process-per-connection server's child, once its parent
+ * closed the accepted socket, runs as if it had accepted it itself.
+ */
+#define ULS_SHARED_STICKY 1
+#define ULS_SHARED_FORK 2
+
+/* Every conn of the process: before fork (FORK), before spawn, popen, system, a clone
+ * in this memory (STICKY). */
+void uls_conn_mark_shared_all(int how);
 
 /* Records the inode of c's socket from fd, one of its descriptors (once). */
 void uls_conn_note_socket(struct uls_conn *c, int fd);
@@ -223,7 +238,11 @@ void uls_conn_note_socket(struct uls_conn *c, int fd);
 struct uls_conn *uls_conn_by_socket(uint64_t ino);
 /* The other end of c when this process holds it too (a descriptor of it in *fd). */
 struct uls_conn *uls_conn_local_peer(struct uls_conn *c, int *fd);
-/* Is the socket maybe held by another process too (fork, spawn, a process that joined)? */
+/*
+ * Is the socket maybe held by another process too (fork, spawn, a process that joined)?
+ * A conn shared only with counted fork children whose holders all closed their copies
+ * becomes this process's alone here (then 0).
+ */
 int uls_conn_maybe_shared(struct uls_conn *c);
 
 /* After fork, in the child: one more process holds each conn. */

@@ -110,7 +110,7 @@ void uls_handoff_sent(int unix_fd, const struct msghdr *msg)
 		struct uls_conn *pc = uls_fd_conn(fds[i]);
 		if (!pc)
 			continue;
-		atomic_store(&pc->shared, 1);
+		atomic_store(&pc->shared, ULS_SHARED_STICKY);
 		if (!uls_conn_accelerated(pc))
 			continue;
 		if (verified < 0 && pc->tp->follows)

@@ -158,6 +158,15 @@ struct uls_transport_ops {
 	void (*destroy)(struct uls_conn *c);
 	/* Has another process of this side joined the connection (exec, SCM_RIGHTS)? */
 	int (*joined)(struct uls_conn *c);
+	/*
+	 * Fork children, counted (may be NULL: every fork shares the socket for good).
+	 * forked: before a fork, in the forking thread; 1 when the transport counts the child
+	 * among the side's holders (each holder's close takes itself back).
+	 * alone: is this process the side's only counted holder again (1 at most once the
+	 * count says so; the transport forgets what it cached of a shared side)?
+	 */
+	int (*forked)(struct uls_conn *c);
+	int (*alone)(struct uls_conn *c);
 	/* TCP_INFO as the kernel filled it (len bytes): its counters made true. */
 	void (*tcp_info)(struct uls_conn *c, void *info, socklen_t len);
 

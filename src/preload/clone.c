@@ -147,7 +147,7 @@ void uls_vfork_exec_prepare(void)
 			if (sscanf(target, "socket:[%llu]", &ino) == 1) {
 				struct uls_conn *c = uls_conn_by_socket(ino);
 				if (c)
-					atomic_store(&c->shared, 1);
+					atomic_store(&c->shared, ULS_SHARED_STICKY);
 			} else if (strcmp(target, "anon_inode:[eventpoll]") == 0) {
 				epoll_kept = 1;
 			}
@@ -203,7 +203,7 @@ ULS_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...)
 		return real(forked_child_start, stack, flags, &start, ptid, tls, ctid);
 	}
 	/* The child runs in this memory: it may keep any socket. */
-	uls_conn_mark_shared_all();
+	uls_conn_mark_shared_all(ULS_SHARED_STICKY);
 	if (flags & CLONE_VFORK) {
 		if (uls_conn_any_accelerated())
 			note_sockets();

@@ -133,7 +133,7 @@ static int do_spawn(int search, pid_t *pid, const char *file,
 	uls_transports_exec_failed();
 	/* The child holds what it inherited: the last close is no longer this process's. */
 	if (r == 0)
-		uls_conn_mark_shared_all();
+		uls_conn_mark_shared_all(ULS_SHARED_STICKY);
 	if (env != envp) {
 		free(entry);
 		free(env);

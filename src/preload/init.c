@@ -35,7 +35,7 @@ void uls_atfork_prepare(void)
 {
 	if (!uls_cfg.disabled)
 		uls_transports_fork_prepare();
-	uls_conn_mark_shared_all();
+	uls_conn_mark_shared_all(ULS_SHARED_FORK);
 	uls_epoll_unshare();
 }
 

@@ -125,7 +125,7 @@ ULS_EXPORT FILE *popen(const char *cmd, const char *mode)
 {
 	uls_ensure_init();
 	if (uls_conn_any_accelerated())
-		uls_conn_mark_shared_all();
+		uls_conn_mark_shared_all(ULS_SHARED_STICKY);
 	return uls_libc.popen(cmd, mode);
 }
 
@@ -133,6 +133,6 @@ ULS_EXPORT int system(const char *cmd)
 {
 	uls_ensure_init();
 	if (cmd && uls_conn_any_accelerated())
-		uls_conn_mark_shared_all();
+		uls_conn_mark_shared_all(ULS_SHARED_STICKY);
 	return uls_libc.system(cmd);
 }

@@ -166,14 +166,16 @@ static int attach_may_write(size_t off)
 	return off >= SRV(lock) && off < SRV(lock) + sizeof(struct uls_side);
 }
 
-/* The server's side as an attach leaves it: afresh, with its pid, cookie and state. */
+/* The server's side as an attach leaves it: afresh, with its pid, cookie and state, and
+ * itself its one counted holder. */
 static void check_fresh_side(const struct fz *f, uint32_t state)
 {
 	uint8_t want[sizeof(struct uls_side)] = {0};
-	uint32_t pid = (uint32_t)getpid();
+	uint32_t pid = (uint32_t)getpid(), refs = 1;
 	uint64_t cookie = uls_sock_cookie(f->sfd);
 
 	memcpy(want + offsetof(struct uls_side, state), &state, 4);
+	memcpy(want + offsetof(struct uls_side, refs), &refs, 4);
 	memcpy(want + offsetof(struct uls_side, pid), &pid, 4);
 	memcpy(want + offsetof(struct uls_side, cookie), &cookie, 8);
 	FUZZ_ASSERT(memcmp((const uint8_t *)f->h + SRV(lock), want, sizeof(want)) == 0);
@@ -548,9 +550,11 @@ static void server_ctl(struct fz *f, uint64_t v)
 		break;
 	}
 	default:
-		/* Another process may hold the socket from now on (fork, SCM_RIGHTS). */
+		/* Another process may hold the socket from now on: a counted fork child, until
+		 * the side's count (which the peer can write) says it closed; SCM_RIGHTS, for
+		 * good. */
 		if ((v >> 3) & 1)
-			uls_conn_mark_shared_all();
+			uls_conn_mark_shared_all((v >> 5) & 1 ? ULS_SHARED_FORK : ULS_SHARED_STICKY);
 		else /* as poll and epoll_wait arm: naming a pipe (the thread's bell), or not */
 			uls_shm_arm(f->c, POLLIN | POLLOUT, (v >> 4) & 1 ? uls_bell_thread() : -1);
 		break;

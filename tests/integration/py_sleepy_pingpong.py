@@ -1,16 +1,25 @@
 """A ping-pong whose two ends sleep in poll, epoll or select before every read (test data
 for test_wakeup.py; run as a program, never imported by the harness).
 
-    py_sleepy_pingpong.py server WAIT N     listens on 127.0.0.1, prints READY port=P,
+    py_sleepy_pingpong.py server WAIT N [HOLD]
+                                            listens on 127.0.0.1, prints READY port=P,
                                             accepts one connection and echoes N messages
     py_sleepy_pingpong.py client WAIT N P   connects to port P and sends N messages of
                                             64 bytes, each different, checking every echo
 
 WAIT is poll, epoll or select: how each end waits for its next message. Both print
 "DONE n=N" once the N messages went round, then wait for a line on stdin (the test
-looks at the connection meanwhile), then close.
+looks at the connection meanwhile), then close. HOLD says which processes hold the
+accepted socket while the server echoes:
+
+    alone         the server alone (the default)
+    fork          it forks; the child echoes once the parent closed its copy (a
+                  process-per-connection server), the parent waits for the child
+    fork-parent   it forks; the parent echoes once the child closed its copy and exited
+    fork-keep     it forks; the child echoes while the parent keeps its copy open
 """
 
+import os
 import select
 import socket
 import sys
@@ -61,16 +70,43 @@ def finish(sock, n):
     sock.close()
 
 
-def server(how, n):
+def echo(conn, how, n):
+    poller = make_poller(conn, how)
+    for _ in range(n):
+        conn.sendall(recv_exact(conn, SIZE, how, poller))
+    finish(conn, n)
+
+
+def server(how, n, hold):
     lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     lsock.bind(("127.0.0.1", 0))
     lsock.listen(1)
     print(f"READY port={lsock.getsockname()[1]}", flush=True)
     conn, _ = lsock.accept()
-    poller = make_poller(conn, how)
-    for _ in range(n):
-        conn.sendall(recv_exact(conn, SIZE, how, poller))
-    finish(conn, n)
+    lsock.close()
+    if hold == "alone":
+        echo(conn, how, n)
+        return
+    # The process that echoes starts once the other one did what HOLD says.
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    echoes = (pid == 0) != (hold == "fork-parent")
+    if echoes:
+        os.close(go_w)
+        if hold != "fork-keep" and os.read(go_r, 1) != b"x":
+            raise RuntimeError("the other process did not close its copy")
+        echo(conn, how, n)
+    else:
+        os.close(go_r)
+        if hold != "fork-keep":
+            conn.close()
+            os.write(go_w, b"x")
+    if pid == 0:
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if hold == "fork-keep":
+        conn.close()
+    sys.exit(os.waitstatus_to_exitcode(status))
 
 
 def client(how, n, port):
@@ -86,6 +122,6 @@ def client(how, n, port):
 
 if __name__ == "__main__":
     if sys.argv[1] == "server":
-        server(sys.argv[2], int(sys.argv[3]))
+        server(sys.argv[2], int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else "alone")
     else:
         client(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))

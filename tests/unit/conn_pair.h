@@ -134,7 +134,7 @@ static inline void pair_profile(const char *profile)
 /* preload/init.c's fork handlers, as far as the core has them. */
 static inline void pair_atfork_prepare(void)
 {
-	uls_conn_mark_shared_all();
+	uls_conn_mark_shared_all(ULS_SHARED_FORK);
 	uls_epoll_unshare();
 }
 

@@ -43,6 +43,21 @@ static void bind_role(struct uls_conn *c, int role)
 	atomic_store_explicit(&s->me->pid, (uint32_t)uls_pid(), memory_order_relaxed);
 }
 
+/*
+ * side.refs counts the processes of a side that hold the socket and that the library
+ * can count: the one that made the side (the client at connect, the server at accept),
+ * and the children of its forks (shm_forked, before each fork), each taking itself back
+ * when it closes its copy (shm_close). A holder that exits or execs without closing is
+ * never taken back, nor is a process that joined through the segment (exec, SCM_RIGHTS:
+ * `multi` shares the side for good), so the count errs high only: a side is alone
+ * (shm_alone) when it says 1, this process is counted and nobody joined.
+ */
+static void count_first(struct uls_shm_conn *s)
+{
+	atomic_store(&s->me->refs, 1);
+	s->counted = 1;
+}
+
 /* A ring as large as the socket buffer the program asked for (a power of two), or the
  * configured size. */
 static uint64_t ring_size_for(uint32_t requested)
@@ -79,14 +94,17 @@ static enum uls_tp_answer shm_connect(struct uls_conn *c, int fd, const struct s
 		return ULS_TP_DECLINED;
 	}
 	bind_role(c, ULS_CLIENT);
+	count_first(s);
 	atomic_store(&s->me->cookie, s->seg.hdr->id.client_cookie);
 	uls_offer_made(dst);
+	atomic_store(&s->offer_open, 1);
 	return ULS_TP_TAKEN;
 }
 
 static void shm_connect_failed(struct uls_conn *c)
 {
-	uls_offer_done((struct sockaddr *)&c->peer_sa);
+	if (atomic_exchange(&shm_of(c)->offer_open, 0))
+		uls_offer_done((struct sockaddr *)&c->peer_sa);
 	uls_seg_remove(&shm_of(c)->seg);
 }
 
@@ -154,6 +172,7 @@ static enum uls_tp_answer shm_accept(struct uls_conn *c, int fd, char *why, size
 	 */
 	memset((void *)&s->seg.hdr->side[ULS_SIDE_SERVER], 0, sizeof(struct uls_side));
 	bind_role(c, ULS_SERVER);
+	count_first(s);
 	atomic_store(&s->me->cookie, uls_sock_cookie(fd));
 	/* Release: a client that sees ATTACHED sees the cookie, and every later ring write. */
 	atomic_fetch_or_explicit(&s->me->state, ULS_SIDE_ATTACHED, memory_order_seq_cst);
@@ -174,7 +193,7 @@ static int joined_as(struct uls_conn *c, int fd, int role, int path)
 {
 	bind_role(c, role);
 	c->path = path;
-	atomic_store(&c->shared, 1);
+	atomic_store(&c->shared, ULS_SHARED_STICKY);
 	uls_conn_join_side(c);
 	uls_dbg("fd=%d adopted as %s", fd, role == ULS_CLIENT ? "client" : "server");
 	return 1;
@@ -210,9 +229,20 @@ static void shm_settled(struct uls_conn *c)
 {
 	struct uls_shm_conn *s = shm_of(c);
 
+	if (c->role != ULS_CLIENT || !s->seg.hdr)
+		return;
+	/*
+	 * A server that never attached never took the offer back (a server without ulsock,
+	 * or one that declined): the client does, or the slot would make every server of its
+	 * ports look for 10 s. Once only, whichever thread settles first. A server between
+	 * taking it and attaching (a close that settles meanwhile) makes it two: a count too
+	 * low may hide another client's offer, whose connection then stays on kernel TCP.
+	 */
+	if (atomic_exchange(&s->offer_open, 0) &&
+	    !(atomic_load(&s->peer->state) & ULS_SIDE_ATTACHED))
+		uls_offer_done((struct sockaddr *)&c->peer_sa);
 	/* A client whose peer will never attach has no use for its segment's name. */
-	if (c->role == ULS_CLIENT && s->seg.hdr)
-		uls_seg_remove(&s->seg);
+	uls_seg_remove(&s->seg);
 }
 
 /*
@@ -332,6 +362,43 @@ static void shm_closing(struct uls_conn *c, int fd)
 	}
 }
 
+static int shm_forked(struct uls_conn *c)
+{
+	struct uls_shm_conn *s = shm_of(c);
+
+	if (!s->counted || !s->seg.hdr)
+		return 0;
+	atomic_fetch_add(&s->me->refs, 1);
+	return 1;
+}
+
+static int shm_alone(struct uls_conn *c)
+{
+	struct uls_shm_conn *s = shm_of(c);
+
+	if (!s->counted || !s->seg.hdr || atomic_load(&s->me->refs) != 1 ||
+	    atomic_load(&s->me->multi))
+		return 0;
+	/* The positions a solo call kept are from before the fork: the ring moved since. */
+	s->tx_mine_ok = 0;
+	s->rx_mine_ok = 0;
+	return 1;
+}
+
+/* This process no longer holds the socket: one counted holder fewer (never below 0: the
+ * peer can write the word). */
+static void count_gone(struct uls_shm_conn *s)
+{
+	uint32_t n;
+
+	if (!s->counted || !s->seg.hdr)
+		return;
+	s->counted = 0;
+	n = atomic_load(&s->me->refs);
+	while (n > 0 && !atomic_compare_exchange_weak(&s->me->refs, &n, n - 1))
+		;
+}
+
 static int shm_close(struct uls_conn *c, int fd)
 {
 	/*
@@ -344,6 +411,7 @@ static int shm_close(struct uls_conn *c, int fd)
 	if (alone)
 		release_shared(c);
 	int rc = uls_libc.close(fd), err = errno;
+	count_gone(shm_of(c));
 	if (!alone && socket_gone(&c->local_sa, &c->peer_sa, cookie))
 		release_shared(c);
 	errno = err;
@@ -422,6 +490,8 @@ const struct uls_transport_ops uls_shm_transport = {
 	.wake = uls_conn_wake_self,
 	.destroy = shm_destroy,
 	.joined = shm_joined,
+	.forked = shm_forked,
+	.alone = shm_alone,
 	.tcp_info = uls_shm_tcp_info,
 	.process_init = shm_process_init,
 	.idle = shm_idle,

@@ -836,11 +836,13 @@ static int wait_tx(struct uls_conn *c, int fd, uint64_t deadline, int *backoff_m
  */
 static int nonblock_now(struct uls_conn *c, int fd, int flags, int nonblock)
 {
-	if ((flags & MSG_DONTWAIT) || !atomic_load_explicit(&c->shared, memory_order_relaxed))
+	if ((flags & MSG_DONTWAIT) || (!atomic_load_explicit(&c->shared, memory_order_relaxed) &&
+					!atomic_load_explicit(&c->nonblock_stale, memory_order_relaxed)))
 		return nonblock;
 	int fl = uls_libc.fcntl(uls_conn_fd(c, fd), F_GETFL);
 	if (fl < 0)
 		return nonblock;
+	atomic_store(&c->nonblock_stale, 0);
 	atomic_store(&c->nonblock, (fl & O_NONBLOCK) != 0);
 	return (fl & O_NONBLOCK) != 0;
 }

@@ -19,7 +19,9 @@ struct uls_shm_conn {
 	 * (solo calls, io.c). The next solo call starts from them instead of loading its own
 	 * position back from the line the peer keeps reading: with 64-byte sends, 86% of
 	 * ring_send's samples waited on that load. Any other call drops them; nothing else
-	 * publishes while calls are solo, and a side never goes back to solo.
+	 * publishes while calls are solo. A side goes back to solo only when its fork's
+	 * other holders closed (shm_alone, attach.c), which drops them as well: a fork child
+	 * starts with its parent's.
 	 */
 	uint64_t tx_tail_mine, rx_head_mine;
 	uint8_t tx_mine_ok, rx_mine_ok;
@@ -33,6 +35,11 @@ struct uls_shm_conn {
 	_Atomic unsigned fence_streak[2]; /* publications that found the peer awake (fence.h) */
 	_Atomic int on_rings; /* kernel_parts found both directions on the rings (cache) */
 	_Atomic uint64_t tx_full; /* times a send found the ring full (EPOLLOUT edges) */
+	/* This process is one of the side's counted holders (side.refs): the one that made or
+	 * attached the side, and its fork children (attach.c, shm_forked). */
+	uint8_t counted;
+	/* A client's offer on the board that its server has not answered yet (offers.h). */
+	_Atomic uint8_t offer_open;
 	struct uls_seg seg;
 	struct uls_ring *tx, *rx;
 	struct uls_side *me, *peer;
