@@ -306,39 +306,52 @@ static void release_shared(struct uls_conn *c)
 		uls_seg_remove(&s->seg);
 }
 
-/* How long a close waits for the peer's token lock and for wake-ups in flight. */
+/* How long a close waits for the peer's token lock, and then for wake-ups in flight. */
+#define CLOSE_LOCK_NS (2000u * 1000000u)
 #define CLOSE_DRAIN_NS (100u * 1000000u)
 
 /*
- * A close with wake-up bytes unread makes the kernel reset the connection, and the reset
- * throws away what this side's TCP direction still holds unsent: the data a client sent
- * before the switch, while a slow server had not read it yet (test_net_basic lost the
- * end of it that way, once in a few hundred runs under load). Reading the wake-ups that
- * are there is not enough: the peer may send one more just before the close. So under
- * the peer's token lock this side says it refuses wake-ups (the peer checks under the same
- * lock before sending one) and reads the peer's count of those it sent; then it reads
- * them all off TCP. They are in flight for microseconds; a peer that holds its lock or
- * never sends what it counted (hostile, or gone) costs at most CLOSE_DRAIN_NS.
+ * A close with wake-up bytes unread makes the kernel reset the connection, and so does a
+ * wake-up byte that arrives after the close; the reset throws away what this side's TCP
+ * direction still holds unsent: the data a client sent before the switch, while a slow
+ * server had not read it yet (test_net_basic lost the end of it that way, once in a few
+ * hundred runs under load). Reading the wake-ups that are there is not enough: the peer
+ * may send one more just before the close, or after it. So under the peer's token lock
+ * this side says it refuses wake-ups (the peer checks under the same lock before sending
+ * one) and reads the peer's count of those it sent; then it reads them all off TCP.
+ *
+ * The lock is held for the length of a send, but a holder that is preempted holds it for
+ * as long as the scheduler keeps it off the CPU: on a crowded machine that is more than
+ * 100 ms now and then (the short soak lost a connection that way in CI, when this wait
+ * gave up at 100 ms and the peer's wake-up came after the close). The wait sleeps on the
+ * lock's futex, so the holder gets the CPU, and lasts up to CLOSE_LOCK_NS; a peer that
+ * holds its lock longer (hostile, or stopped) gets its refusal without the lock, and only
+ * a wake-up it had already decided on can still reset its own connection. The wake-ups it
+ * counted are in flight for microseconds; one it never sends costs CLOSE_DRAIN_NS.
  */
 static void close_drain(struct uls_conn *c, int fd)
 {
 	struct uls_shm_conn *s = shm_of(c);
-	uint64_t deadline = uls_now_ns() + CLOSE_DRAIN_NS, sent = 0;
-	int refused;
+	uint64_t sent = 0, deadline;
+	int locked = 0;
 
-	while (!(refused = uls_shmlock_try(&s->peer->token_lock, &s->peer->token_owner)) &&
-	       uls_now_ns() < deadline)
-		sched_yield();
-	if (refused) {
-		atomic_store(&s->me->tokens_refused, 1);
-		sent = atomic_load(&s->peer->tokens_sent);
-		uls_shmlock_release(&s->peer->token_lock, &s->peer->token_owner);
+	if (!atomic_load(&c->peer_gone))
+		locked = uls_shmlock_acquire_until(&s->peer->token_lock, &s->peer->token_owner,
+						   uls_now_ns() + CLOSE_LOCK_NS);
+	atomic_store(&s->me->tokens_refused, 1);
+	if (!locked) {
+		if (!atomic_load(&c->peer_gone))
+			uls_warn("fd=%d: the peer held its wake-up lock through the close", fd);
+		uls_conn_drain(c, fd);
+		return;
 	}
+	sent = atomic_load(&s->peer->tokens_sent);
+	uls_shmlock_release(&s->peer->token_lock, &s->peer->token_owner);
+	deadline = uls_now_ns() + CLOSE_DRAIN_NS;
 	for (;;) {
 		uls_conn_drain(c, fd);
-		if (!refused || atomic_load(&s->me->tokens_seen) >= sent ||
-		    atomic_load(&c->peer_gone) || !uls_conn_reads_tokens(c) ||
-		    uls_now_ns() >= deadline)
+		if (atomic_load(&s->me->tokens_seen) >= sent || atomic_load(&c->peer_gone) ||
+		    !uls_conn_reads_tokens(c) || uls_now_ns() >= deadline)
 			break;
 		struct pollfd p = {.fd = fd, .events = POLLIN};
 		uls_libc.poll(&p, 1, 1);

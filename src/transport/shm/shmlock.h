@@ -11,6 +11,8 @@
 #include <stdint.h>
 
 void uls_shmlock_acquire(_Atomic uint32_t *word, _Atomic uint32_t *owner);
+int uls_shmlock_acquire_until(_Atomic uint32_t *word, _Atomic uint32_t *owner,
+			      uint64_t deadline);
 int uls_shmlock_try(_Atomic uint32_t *word, _Atomic uint32_t *owner);
 void uls_shmlock_release(_Atomic uint32_t *word, _Atomic uint32_t *owner);
 
