@@ -28,12 +28,22 @@ from ulstest import logs, net, procs  # noqa: E402
 from ulstest.env import clean_env  # noqa: E402
 from ulstest.logs import CLOSE_LINE, PATH_LINE  # noqa: E402
 # The tests import these from here.
-from ulstest.net import established_to, free_port  # noqa: E402, F401
+from ulstest.net import established_to  # noqa: E402, F401
 
 SOURCE = os.environ.get("ULSOCK_SOURCE") or os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("ULSOCK_BUILD") or os.path.join(SOURCE, "build")
 ULSOCK = os.path.join(BUILD, "bin", "ulsock")
+
+
+def free_port():
+    """A TCP port with no socket on it right now, from 10000 to 19999: below the kernel's
+    ephemeral range, where every connect() of a suite running beside this one takes its
+    source port (a port the kernel handed out and took back was taken by such a client
+    before haproxy could bind it, in CI), and apart from the integration suites' 20000 to
+    31999."""
+    return net.free_port((10000, 20000))
+
 
 SERVER_TIMEOUT = 15  # seconds for a server to start listening
 

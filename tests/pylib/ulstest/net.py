@@ -4,6 +4,7 @@ Reading /proc rather than connecting matters twice: a harness that never runs un
 ulsock may still be told to open no socket at all, and a probe connection counts as a
 client (iperf3 -1 serves one, then exits)."""
 
+import collections
 import random
 import socket
 import time
@@ -56,10 +57,17 @@ def free_port(span=None):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))
             return s.getsockname()[1]
-    used = tcp_ports()
+    used = tcp_ports() | set(_handed_out)
     candidates = [p for p in range(*span) if p not in used]
     assert candidates, "no free TCP port"
-    return random.choice(candidates)
+    port = random.choice(candidates)
+    # A port handed out is bound later, if at all: the next calls (a test asking for
+    # several before it starts anything) must not get it again.
+    _handed_out.append(port)
+    return port
+
+
+_handed_out = collections.deque(maxlen=64)
 
 
 def wait_listening(ports, exited, timeout, interval=0.02):
