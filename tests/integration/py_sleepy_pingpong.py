@@ -17,6 +17,8 @@ accepted socket while the server echoes:
                   process-per-connection server), the parent waits for the child
     fork-parent   it forks; the parent echoes once the child closed its copy and exited
     fork-keep     it forks; the child echoes while the parent keeps its copy open
+    fork-exit     it forks; the child leaves at once with _exit, closing nothing (as
+                  Redis's BGSAVE child does), and the parent echoes once it is gone
 """
 
 import os
@@ -85,6 +87,13 @@ def server(how, n, hold):
     conn, _ = lsock.accept()
     lsock.close()
     if hold == "alone":
+        echo(conn, how, n)
+        return
+    if hold == "fork-exit":
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
         echo(conn, how, n)
         return
     # The process that echoes starts once the other one did what HOLD says.

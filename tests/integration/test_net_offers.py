@@ -4,6 +4,8 @@ log (the default), a server whose clients run without ulsock keeps every connect
 kernel TCP without a look and says so in `ulsock stat`; clients under ulsock still get
 the fast path, every one, including connections that arrive while others are open."""
 
+import sys
+
 from conftest import check_paths, kv, run_net_client, start_net_server
 from ulstest import board
 from ulstest.logs import NO_OFFER, NO_SEGMENT
@@ -88,3 +90,44 @@ def test_offers_to_plain_server_taken_back(uls):
     assert all(r == "peer is not running ulsock" or r.startswith("peer never attached")
                for r in reasons), reasons
     assert board.read_slot(port)[0] == before, client.describe()
+
+
+# A plain listener that accepts and keeps its connections, reading nothing.
+KEEPER = r"""
+import socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
+print("READY port=%d" % s.getsockname()[1], flush=True)
+kept = []
+while True:
+    kept.append(s.accept()[0])
+"""
+
+# A client that connects, waits for a line, and ends its process without a close or a
+# byte: _exit, or exit() (atexit handlers and destructors; the socket object is never
+# closed).
+LEAVER = r"""
+import ctypes, os, socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+print("CONNECTED", flush=True)
+sys.stdin.readline()
+if sys.argv[2] == "_exit":
+    os._exit(0)
+ctypes.CDLL(None).exit(0)
+"""
+
+
+def test_offers_taken_back_at_exit(uls):
+    """A ulsock client that leaves (exit or _exit) with a connection whose server never
+    attached, without closing it, takes its offer back as it goes (and removes its
+    segment's name): its segment was offered (ULSOCK_SHORT_CALLS=0), the server runs
+    without ulsock, and no close nor data told the client so."""
+    server, port = uls.server([sys.executable, "-c", KEEPER], name="keeper", ulsock=False)
+    before = board.read_slot(port)[0]
+    for how in ("_exit", "exit"):
+        client = uls.start([sys.executable, "-c", LEAVER, str(port), how],
+                           name="leaver-" + how, env={"ULSOCK_SHORT_CALLS": "0"}, stdin=True)
+        client.wait_for(r"^CONNECTED$")
+        assert board.read_slot(port)[0] == before + 1, client.describe()
+        client.send_line()
+        client.wait()
+        assert board.read_slot(port)[0] == before, client.describe()

@@ -81,12 +81,13 @@ def test_sleepers_woken(uls, how, trust):
         assert cli_sent <= FIRST + STRAY, f"the client sent {cli_sent} bytes on TCP for {N} messages"
 
 
-@pytest.mark.parametrize("hold", ["fork", "fork-parent", "fork-keep"])
+@pytest.mark.parametrize("hold", ["fork", "fork-parent", "fork-keep", "fork-exit"])
 def test_sleepers_after_fork(uls, hold):
     """A server that forks after accept (a process per connection, as PostgreSQL's
     postmaster does): once the other process closed its copy of the socket, the one that
     echoes is its only holder and sleeps on its pipe, whichever of parent and child it is
-    (fork, fork-parent); while the other keeps its copy (fork-keep), either could read the
+    (fork, fork-parent), and so once a child that closed nothing left with _exit
+    (fork-exit, Redis's BGSAVE child: its exit gives its count back); while the other keeps its copy (fork-keep), either could read the
     socket, so the server's wake-ups stay on TCP, which both see, and still not a message
     is lost (design.md, "Fork children, counted"). How often a sleeper sleeps is the
     machine's business, so with fork-keep it is the debug line that says the socket became

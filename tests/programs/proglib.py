@@ -86,6 +86,7 @@ class End:
         self.accelerated = accelerated
         self.profile = profile
         self.log_path = log_path
+        self.log_level = "info"
 
     def __repr__(self):
         return "%s(%s)" % (self.name, "ulsock" if self.accelerated else "plain")
@@ -101,7 +102,7 @@ class End:
     def env(self):
         env = clean_env()
         if self.accelerated:
-            env["ULSOCK_LOG"] = "info"
+            env["ULSOCK_LOG"] = self.log_level
             env["ULSOCK_LOG_FILE"] = str(self.log_path)
         return env
 

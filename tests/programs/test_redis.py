@@ -100,3 +100,40 @@ def test_one_end_plain(harness, make_end, redis_server, accelerated):
         set_get(harness, client_end, port, "key:" + name, VALUES[name])
     benchmark(harness, client_end, port, 10)
     assert_kernel_path(server_end if accelerated == "server" else client_end)
+
+
+# The debug line of a process whose fork's other holders of a socket all let it go.
+ALONE_AGAIN = re.compile(r"^ulsock\[(\d+)\]: (\S+) -> (\S+): the socket is this process's "
+                         r"alone again", re.M)
+
+
+def test_bgsave_child_gives_its_count_back(harness, make_end, redis_server):
+    """BGSAVE forks a child that writes the snapshot and leaves with _exit, closing none of
+    the client sockets it inherited. Each connection open at the fork was counted twice
+    (design.md, "Fork children, counted"); the child's exit gives its count back, so the
+    server's connection is its own again (no locks, pipe wake-ups) once the child is gone.
+    The client keeps one connection through it all: the BGSAVE, then waits in the server
+    (WAIT with no replica returns at its timeout) and asks whether the save ended."""
+    server_end, client_end = both_ulsock(make_end)
+    server_end.log_level = "debug"
+    port = redis_server(server_end)
+    rounds = 6
+    script = b"SET k v\nBGSAVE\n" + b"WAIT 1 300\nINFO persistence\n" * rounds + b"GET k\n"
+    out = cli(harness, client_end, port, [], stdin_data=script).decode("utf-8", "replace")
+    assert "Background saving started" in out, out
+    ended = re.findall(r"rdb_bgsave_in_progress:(\d)", out)
+    assert len(ended) == rounds, out
+    assert out.rstrip().endswith("v"), out[-500:]
+    assert_fast_path(server_end, client_end)
+    if ended[-2] != "0":
+        pytest.skip("the BGSAVE child was still running after %d rounds: nothing to check"
+                    % (rounds - 1))
+    assert "rdb_last_bgsave_status:ok" in out, out
+    conns = server_end.connections()
+    main_pid = conns[0]["pid"]
+    alone = [(int(m[1]), m[2], m[3]) for m in ALONE_AGAIN.finditer(server_end.log_text())]
+    held = [(c["pid"], c["local"], c["peer"]) for c in conns]
+    # The connection of the redis-cli that asked for the BGSAVE, in the server itself.
+    assert any(a in held and a[0] == main_pid for a in alone), \
+        "no connection became the server's own again: %s\n%s" % (
+            alone, server_end.log_text()[-3000:])

@@ -13,7 +13,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "shm_int.h"
@@ -457,6 +459,82 @@ static void shm_process_init(void)
 			 strerror(-err));
 }
 
+/*
+ * How many threads the process has now: the 20th field of /proc/self/stat, after the
+ * command's parentheses. 0 when it cannot tell. (glibc's __libc_single_threaded stays
+ * false in the child of a multi-threaded process's fork, which has one thread.)
+ */
+static long process_threads(void)
+{
+	char buf[512];
+	/* Raw calls: read and close are the library's own interposed names. */
+	long fd = uls_syscall(SYS_openat, AT_FDCWD, "/proc/self/stat", O_RDONLY | O_CLOEXEC);
+	long len = fd < 0 ? -1 : uls_syscall(SYS_read, (int)fd, buf, sizeof(buf) - 1);
+
+	if (fd >= 0)
+		uls_syscall(SYS_close, (int)fd);
+	if (len <= 0)
+		return 0;
+	buf[len] = '\0';
+	const char *p = strrchr(buf, ')');
+	/* ") S ppid ..." : the state is field 3, num_threads field 20. */
+	for (int field = 2; p && field < 20; field++)
+		p = strchr(p + 1, ' ');
+	return p ? strtol(p + 1, NULL, 10) : 0;
+}
+
+struct exit_pass {
+	int alone; /* the exiting thread is the process's only one */
+	int counted;
+};
+
+static void exit_conn(struct uls_conn *c, void *arg)
+{
+	struct exit_pass *x = arg;
+	struct uls_shm_conn *s;
+
+	if (c->tp != &uls_shm_transport)
+		return;
+	s = shm_of(c);
+	if (x->alone < 0) {
+		x->counted |= s->counted;
+		return;
+	}
+	/*
+	 * A client's socket that no other process holds (a fork child's is its parent's too):
+	 * an offer its server never took goes back (as shm_settled), and the segment's name,
+	 * which the client owns and would have removed at its close, goes (a server that
+	 * attached keeps its mapping).
+	 */
+	if (c->role == ULS_CLIENT && s->seg.hdr && !atomic_load(&c->shared) &&
+	    !atomic_load(&s->me->multi)) {
+		if (atomic_exchange(&s->offer_open, 0) &&
+		    !(atomic_load(&s->peer->state) & ULS_SIDE_ATTACHED))
+			uls_offer_done((struct sockaddr *)&c->peer_sa);
+		uls_seg_remove(&s->seg);
+	}
+	if (x->alone)
+		count_gone(s);
+}
+
+/*
+ * The process ends without closing its sockets (exit, _exit): the kernel closes them
+ * next, and nothing of this process runs on them any more. Its counts go first: a fork
+ * child that exits without closing what it inherited (Redis's BGSAVE child: _exit) left
+ * every one of its parent's connections counted twice, shared for good. Only where the
+ * exiting thread is the only one: another thread could still be inside a call on the
+ * connection until the process ends, which the other holders must not take for gone.
+ */
+static void shm_process_exit(void)
+{
+	struct exit_pass x = {.alone = -1};
+
+	if (!uls_conn_each_try(exit_conn, &x))
+		return;
+	x.alone = x.counted && process_threads() == 1;
+	(void)uls_conn_each_try(exit_conn, &x);
+}
+
 static void shm_atfork_child(void)
 {
 	uls_seg_atfork_child();
@@ -507,6 +585,7 @@ const struct uls_transport_ops uls_shm_transport = {
 	.alone = shm_alone,
 	.tcp_info = uls_shm_tcp_info,
 	.process_init = shm_process_init,
+	.process_exit = shm_process_exit,
 	.idle = shm_idle,
 	.fd_shortage = uls_seg_spare_yield,
 	.uid_changed = uls_seg_spare_drop,
