@@ -45,11 +45,6 @@ BUILD = Path(os.environ.get("ULSOCK_BUILD") or REPO / "build").resolve()
 HELPERS = Path(os.environ.get("ULSOCK_HELPERS") or BUILD / "tests" / "helpers").resolve()
 ULSOCK_BIN = BUILD / "bin" / "ulsock"
 ULSOCK_LIB = BUILD / "lib" / "libulsock.so"
-# fabricd as the shipped systemd unit runs it (packaging/ulsock-fabricd.service.in,
-# Nice=-5): a client waits 50 ms for its banner, and on a machine crowded with test suites
-# a daemon at the default priority missed that now and then (the connection then stays on
-# TCP, which a test of the fabric path takes for a failure).
-FABRICD_ARGV = ["nice", "-n", "-5", str(ULSOCK_BIN), "fabricd", "--foreground"]
 PLAIN = os.environ.get("ULSOCK_TEST_PLAIN", "") not in ("", "0")
 TIMEOUT = float(os.environ.get("ULSOCK_TEST_TIMEOUT", "60"))
 SHM_DIR = Path("/dev/shm")

@@ -5,7 +5,7 @@ provider between them.  Used by test_fabric*.py."""
 
 import re
 
-from conftest import FABRICD_ARGV, run_net_client, server_conns, start_net_server
+from conftest import ULSOCK_BIN, run_net_client, server_conns, start_net_server
 
 PROVIDER = "tcp;ofi_rxm"
 # libfabric 1.17's fork of the tcp provider with its own FI_EP_RDM (fi_net(7)), ordered and
@@ -35,7 +35,7 @@ class Hosts:
         self.fabricd = self.start_fabricd(self.s) if fabricd else None
 
     def start_fabricd(self, ns):
-        return self.uls.start(FABRICD_ARGV, name="fabricd",
+        return self.uls.start([ULSOCK_BIN, "fabricd", "--foreground"], name="fabricd",
                               ulsock=False, wrap=ns.prefix, ready="listening")
 
     def server(self, *args, ulsock=True, env=None):

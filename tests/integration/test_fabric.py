@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FABRICD_ARGV, expect_paths, run_net_client, start_net_server
+from conftest import ULSOCK_BIN, expect_paths, run_net_client, start_net_server
 import fabric_lag
 from fabric_hosts import (NET_PROVIDER, PROVIDER, Hosts, all_ok, fabric_counts, lends,
                           offers_read, wake_counts, written)
@@ -601,7 +601,7 @@ def test_nat_between_hosts(uls, netns):
         assert res.returncode == 0, f"{cmd}: {res.stderr}"
     env = {"ULSOCK_FABRIC_PEERS": "10.236.7.0/24,10.237.7.0/24",
            "ULSOCK_FABRIC_PROVIDER": "tcp;ofi_rxm"}
-    uls.start(FABRICD_ARGV, name="fabricd", ulsock=False,
+    uls.start([ULSOCK_BIN, "fabricd", "--foreground"], name="fabricd", ulsock=False,
               wrap=s.prefix, ready="listening")
     server, port = start_net_server(uls, "--addr", "10.237.7.2", "--mode", "echo",
                                     "--max-conns", "2", env=env, wrap=s.prefix)

@@ -12,7 +12,7 @@ import signal
 
 import pytest
 
-from conftest import FABRICD_ARGV, require_user, user_prefix
+from conftest import ULSOCK_BIN, require_user, user_prefix
 
 SERVER, CLIENT = "10.213.5.1", "10.213.5.2"
 DIRPORT = 62840  # the default: fabricd is started without --port
@@ -24,7 +24,7 @@ def world(uls, netns):
     """(server namespace, client namespace, the running fabricd)."""
     a, b = netns(), netns()
     netns.veth(a, f"{SERVER}/24", b, f"{CLIENT}/24")
-    daemon = uls.start(FABRICD_ARGV, name="fabricd",
+    daemon = uls.start([ULSOCK_BIN, "fabricd", "--foreground"], name="fabricd",
                        ulsock=False, wrap=a.prefix, ready=r"listening on TCP port (\d+)")
     assert int(daemon.ready.group(1)) == DIRPORT
     return a, b, daemon
