@@ -42,6 +42,8 @@ static uint64_t tcp_consumed(struct uls_conn *c)
 #define REVERT_IO_MS 5000
 /* How long a revert waits for the peer's own call before it acts for an idle peer. */
 #define ASSIST_AFTER_NS 50000000u
+/* How long one such act waits for this side's readers of wake-ups to finish. */
+#define ASSIST_READERS_NS 1000000u
 
 static int wait_fd(int fd, short events, uint64_t deadline)
 {
@@ -310,9 +312,23 @@ static int assist_idle_peer(struct uls_conn *c, int fd)
 			/* From here the peer sends no wake-up; this side's readers of the ones
 			 * before it back off (uls_token_read_begin) or finish. */
 			atomic_store(&p->tokens_closed, 1);
-			uint64_t until = uls_now_ns() + 100000000u;
+			uint64_t until = uls_now_ns() + ASSIST_READERS_NS;
 			while (atomic_load(&s->me->token_readers) && uls_now_ns() < until)
 				sched_yield();
+			if (atomic_load(&s->me->token_readers)) {
+				/*
+				 * A reader of this side is still inside a read of wake-ups (preempted
+				 * there, or asleep in one): going on, it could take the peer's first
+				 * data bytes for wake-ups. Not now, then: the flag goes back (the peer
+				 * sends nothing while this side holds its token lock) and the revert
+				 * tries again a millisecond later, within its own deadline. (Going on
+				 * after 100 ms, as before, risked exactly that under load.)
+				 */
+				atomic_store(&p->tokens_closed, 0);
+				uls_shmlock_release(&p->token_lock, &p->token_owner);
+				uls_shmlock_release(&p->lock[TXL], &p->lock_owner[TXL]);
+				return 0;
+			}
 			uint64_t tcp = atomic_load(&p->tokens_sent);
 			if (c->role == ULS_SERVER)
 				tcp += atomic_load(&p->tcp_data);
