@@ -17,7 +17,8 @@
  * its own call can answer. Also: a server whose client's first bytes are unread on TCP
  * cannot go back (EBUSY) until it read them; a reverting end that had shut down writing
  * on the ring gives its peer the end of the stream on TCP; a client that reverts before
- * the accept leaves a plain kernel connection behind.
+ * the accept leaves a plain kernel connection behind; a peer that makes no call has its
+ * direction moved for it only once no reader of wake-ups of this side is inside its read.
  */
 #include "conn_pair.h"
 
@@ -259,6 +260,22 @@ static void fork_peer(int who, struct plan *pl, struct stream *a2p, struct strea
 	_exit(CHECK_PASS);
 }
 
+/* The reverting end's last part: its end of the stream, the peer's bytes to its end. */
+static void fork_case_end(struct end *a, struct stream *a2p, struct stream *p2a, int go[2],
+			  int ready[2], uint64_t *rng)
+{
+	CHECK_EQ(pair_shutdown(a, SHUT_WR), 0);
+	stream_recv_eof(a, p2a, rng);
+	pair_reap();
+	CHECK_EQ(pair_close(a), 0);
+	for (int i = 0; i < 2; i++) {
+		close(go[i]);
+		close(ready[i]);
+	}
+	stream_fini(a2p);
+	stream_fini(p2a);
+}
+
 static void fork_case(uint64_t seed, int who)
 {
 	uint64_t rng = seed;
@@ -289,18 +306,105 @@ static void fork_case(uint64_t seed, int who)
 	CHECK_EQ(uls_conn_revert(a.c, a.fd, REVERT_MS), 0);
 	expect_reverted(&a);
 	stream_send_to(&a, &a2p, a2p.total, &rng);
-	CHECK_EQ(pair_shutdown(&a, SHUT_WR), 0);
 	/* All of the peer's bytes come on the kernel socket: those it had put on the ring
 	 * (resent), then the later ones. */
-	stream_recv_eof(&a, &p2a, &rng);
-	pair_reap();
-	CHECK_EQ(pair_close(&a), 0);
-	for (int i = 0; i < 2; i++) {
-		close(go[i]);
-		close(ready[i]);
-	}
-	stream_fini(&a2p);
-	stream_fini(&p2a);
+	fork_case_end(&a, &a2p, &p2a, go, ready, &rng);
+}
+
+/* ------------------------------------------------------------------ an idle peer */
+
+/*
+ * A peer that makes no call has its sending direction moved for it (revert.c,
+ * assist_idle_peer) while a reader of this side is inside a read of wake-ups: a poll's
+ * drain (uls_shm_drain) that announced its read and was preempted before its recv. Here
+ * a thread plays that drain with the pause made long (300 ms), and the peer, a forked
+ * process that only watches its segment, sends its next bytes the moment its direction
+ * is on TCP. The move must wait for the reader: made while the reader is inside (the
+ * revert went on after 100 ms), it lets the reader take the peer's first data bytes for
+ * wake-ups.
+ */
+struct drain_reader {
+	struct end *e;
+	_Atomic int inside;
+};
+
+static void *preempted_drain(void *arg)
+{
+	struct drain_reader *r = arg;
+	struct uls_shm_conn *s = shm_of(r->e->c);
+	char buf[256];
+
+	/* uls_token_read_begin, then the preemption, then the drain's read. */
+	atomic_fetch_add(&s->me->token_readers, 1);
+	CHECK(!atomic_load(&s->peer->tokens_closed) && !atomic_load(&s->peer->tx_reverted));
+	atomic_store(&r->inside, 1);
+	struct timespec ts = {0, 300 * 1000 * 1000};
+	nanosleep(&ts, NULL);
+	ssize_t n = recv(r->e->fd, buf, sizeof(buf), MSG_DONTWAIT);
+	if (n > 0)
+		atomic_fetch_add(&s->me->tokens_seen, (uint64_t)n);
+	atomic_fetch_sub(&s->me->token_readers, 1);
+	return NULL;
+}
+
+static void idle_peer(int who, struct stream *a2p, struct stream *p2a, int go, int ready,
+		      uint64_t seed)
+{
+	uint64_t rng = seed ^ 0x1d1e;
+	struct end p;
+
+	check_context("idle peer: the peer (%s), seed %#llx",
+		      who == ULS_CLIENT ? "server" : "client", (unsigned long long)seed);
+	p = open_end(!who);
+	pair_hear(go);
+	stream_send_to(&p, p2a, 1000, &rng);
+	stream_recv_to(&p, a2p, a2p->total, &rng);
+	pair_tell(ready);
+	/* No call on the connection: only a look at the segment, until the other end moved
+	 * this end's sending direction (the watchdog bounds the wait). */
+	while (!atomic_load(&shm_of(p.c)->me->tx_reverted))
+		pair_pause();
+	stream_send_to(&p, p2a, p2a->total, &rng);
+	CHECK_EQ(pair_shutdown(&p, SHUT_WR), 0);
+	stream_recv_eof(&p, a2p, &rng);
+	CHECK_EQ(pair_close(&p), 0);
+	_exit(CHECK_PASS);
+}
+
+static void idle_reader_case(uint64_t seed, int who)
+{
+	uint64_t rng = seed;
+	struct stream a2p, p2a;
+	struct drain_reader r = {0};
+	int go[2], ready[2];
+	pthread_t t;
+	struct end a;
+
+	pair_watchdog();
+	check_context("idle peer: seed %#llx, the %s reverts while its drain is preempted",
+		      (unsigned long long)seed, who == ULS_CLIENT ? "client" : "server");
+	stream_init(&a2p, "to the idle peer", seed ^ 0xa2, 1000);
+	stream_init(&p2a, "from the idle peer", seed ^ 0x2a, 1000 + 20000);
+	CHECK_EQ(pipe2(go, O_CLOEXEC), 0);
+	CHECK_EQ(pipe2(ready, O_CLOEXEC), 0);
+	if (pair_fork() == 0)
+		idle_peer(who, &a2p, &p2a, go[0], ready[1], seed);
+	a = open_end(who);
+	pair_tell(go[1]);
+	stream_recv_to(&a, &p2a, 1000, &rng);
+	stream_send_to(&a, &a2p, a2p.total, &rng);
+	pair_hear(ready[0]);
+	CHECK_EQ(pair_path(&a), ULS_PATH_SHM);
+	r.e = &a;
+	CHECK_EQ(pthread_create(&t, NULL, preempted_drain, &r), 0);
+	while (!atomic_load(&r.inside))
+		pair_pause();
+	CHECK_EQ(uls_conn_revert(a.c, a.fd, REVERT_MS), 0);
+	expect_reverted(&a);
+	CHECK_EQ(pthread_join(t, NULL), 0);
+	/* What the drain took were wake-ups from before the move (its read came first); the
+	 * peer's data, every byte of it, comes next on TCP. */
+	fork_case_end(&a, &a2p, &p2a, go, ready, &rng);
 }
 
 /* ------------------------------------------------------------------ before the accept */
@@ -359,6 +463,10 @@ int main(void)
 	thread_case(0x7401);
 	pair_profile("efficient");
 	thread_case(0x7402);
+
+	pair_profile("balanced");
+	idle_reader_case(0x1d01, ULS_CLIENT);
+	idle_reader_case(0x1d02, ULS_SERVER);
 
 	close(lfd);
 	check_context("%s", "");
