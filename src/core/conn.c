@@ -568,19 +568,18 @@ void uls_conn_mark_shared_all(int how)
 	pthread_mutex_unlock(&list_mu);
 }
 
-int uls_conn_each_try(void (*fn)(struct uls_conn *c, void *arg), void *arg)
+void uls_conn_each_try(void (*fn)(struct uls_conn *c, void *arg), void *arg)
 {
 	int tries = 0;
 
 	while (pthread_mutex_trylock(&list_mu) != 0) {
 		if (++tries == 64)
-			return 0;
+			return;
 		sched_yield();
 	}
 	for (struct uls_conn *c = conn_list; c; c = c->next)
 		fn(c, arg);
 	pthread_mutex_unlock(&list_mu);
-	return 1;
 }
 
 void uls_conn_note_socket(struct uls_conn *c, int fd)

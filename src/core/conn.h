@@ -234,10 +234,10 @@ void uls_conn_mark_shared_all(int how);
 
 /*
  * Calls fn for every conn of the process, under the list's lock, which is only tried (the
- * caller may be a signal handler that interrupted its holder: _exit). 0 when the lock
- * could not be had and fn was not called.
+ * caller may be a signal handler that interrupted its holder: _exit); when it cannot be
+ * had, fn is not called at all.
  */
-int uls_conn_each_try(void (*fn)(struct uls_conn *c, void *arg), void *arg);
+void uls_conn_each_try(void (*fn)(struct uls_conn *c, void *arg), void *arg);
 
 /* Records the inode of c's socket from fd, one of its descriptors (once). */
 void uls_conn_note_socket(struct uls_conn *c, int fd);

@@ -2,11 +2,9 @@
 #include "spin.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -217,15 +215,8 @@ static int machine_crowded(void)
 			return 1;
 		atomic_store_explicit(&cpus, n, memory_order_relaxed);
 	}
-	/* Raw calls: read and close are the library's own interposed names. */
-	long fd = uls_syscall(SYS_openat, AT_FDCWD, "/proc/loadavg", O_RDONLY | O_CLOEXEC);
-	long len = fd < 0 ? -1 : uls_syscall(SYS_read, (int)fd, buf, sizeof(buf) - 1);
-	if (fd >= 0)
-		uls_syscall(SYS_close, (int)fd);
-	errno = err;
-	if (len <= 0)
+	if (uls_read_small_file("/proc/loadavg", buf, sizeof(buf)) <= 0)
 		return 1;
-	buf[len] = 0;
 	/* "0.52 0.58 0.59 2/345 12345": runnable/threads after the third space. */
 	const char *p = buf;
 	for (int spaces = 0; *p && spaces < 3; p++)

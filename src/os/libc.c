@@ -4,8 +4,10 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #if defined(__SANITIZE_THREAD__)
@@ -87,4 +89,19 @@ long uls_raw_syscall(long nr, long a, long b, long c, long d, long e, long f)
 		return -1;
 	}
 	return r;
+}
+
+long uls_read_small_file(const char *path, char *buf, size_t size)
+{
+	int err = errno;
+	long fd = uls_syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+	long len = fd < 0 ? -1 : uls_syscall(SYS_read, (int)fd, buf, size - 1);
+
+	if (fd >= 0)
+		uls_syscall(SYS_close, (int)fd);
+	errno = err;
+	if (len < 0)
+		return -1;
+	buf[len] = '\0';
+	return len;
 }

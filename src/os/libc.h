@@ -101,6 +101,13 @@ long uls_raw_syscall(long nr, long a, long b, long c, long d, long e, long f);
 	uls_raw_syscall((long)(nr), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), (long)(f))
 #define uls_syscall(...) ULS_SC_ARGS(__VA_ARGS__, 0, 0, 0, 0, 0, 0)
 
+/*
+ * Reads up to size - 1 bytes of a small file (one under /proc) with raw system calls, the
+ * library's read and close being interposed names, and ends them with a NUL. The length
+ * read, or -1; errno stays as it was.
+ */
+long uls_read_small_file(const char *path, char *buf, size_t size);
+
 /* Resolves the table; safe to call from any thread, any number of times. */
 void uls_libc_init(void);
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import PLAIN, expect_paths, kv
+from ulstest import logs
 
 PINGPONG = Path(__file__).with_name("py_sleepy_pingpong.py")
 N = 1000
@@ -26,8 +27,6 @@ N = 1000
 # server attached; a wake-up or two may (a waker's first try at a pipe it cannot open).
 FIRST = 64
 STRAY = 16
-# The debug line of a process whose fork's other holders of the socket all closed it.
-ALONE_AGAIN = re.compile(r"^ulsock\[(\d+)\]: .* the socket is this process's alone again", re.M)
 
 
 def tcp_bytes_sent(port):
@@ -97,7 +96,7 @@ def test_sleepers_after_fork(uls, hold):
         pytest.skip("what ulsock puts on TCP: nothing to see without it")
     srv_sent, cli_sent, server = run_pingpong(uls, "poll", hold, server_log="debug")
     assert srv_sent <= STRAY, f"the server sent {srv_sent} bytes on TCP for {N} messages"
-    alone = [int(pid) for pid in ALONE_AGAIN.findall(server.log_text())]
+    alone = [int(m[1]) for m in logs.matches(server.log_text(), logs.ALONE_LINE)]
     child = [pid for pid in alone if pid != server.pid]
     if hold == "fork-keep":
         assert not child, server.describe()

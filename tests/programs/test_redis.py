@@ -12,6 +12,7 @@ import pytest
 
 from proglib import (assert_fast_path, assert_kernel_path, both_ulsock, free_port,
                      one_plain, require)
+from ulstest import logs
 
 VALUES = {
     "text": b"hello, ulsock",
@@ -102,10 +103,6 @@ def test_one_end_plain(harness, make_end, redis_server, accelerated):
     assert_kernel_path(server_end if accelerated == "server" else client_end)
 
 
-# The debug line of a process whose fork's other holders of a socket all let it go.
-ALONE_AGAIN = re.compile(r"^ulsock\[(\d+)\]: (\S+) -> (\S+): the socket is this process's "
-                         r"alone again", re.M)
-
 
 def test_bgsave_child_gives_its_count_back(harness, make_end, redis_server):
     """BGSAVE forks a child that writes the snapshot and leaves with _exit, closing none of
@@ -131,7 +128,8 @@ def test_bgsave_child_gives_its_count_back(harness, make_end, redis_server):
     assert "rdb_last_bgsave_status:ok" in out, out
     conns = server_end.connections()
     main_pid = conns[0]["pid"]
-    alone = [(int(m[1]), m[2], m[3]) for m in ALONE_AGAIN.finditer(server_end.log_text())]
+    alone = [(int(m[1]), m[2], m[3])
+             for m in logs.matches(server_end.log_text(), logs.ALONE_LINE)]
     held = [(c["pid"], c["local"], c["peer"]) for c in conns]
     # The connection of the redis-cli that asked for the BGSAVE, in the server itself.
     assert any(a in held and a[0] == main_pid for a in alone), \

@@ -15,7 +15,6 @@
 #include <string.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "shm_int.h"
@@ -467,15 +466,9 @@ static void shm_process_init(void)
 static long process_threads(void)
 {
 	char buf[512];
-	/* Raw calls: read and close are the library's own interposed names. */
-	long fd = uls_syscall(SYS_openat, AT_FDCWD, "/proc/self/stat", O_RDONLY | O_CLOEXEC);
-	long len = fd < 0 ? -1 : uls_syscall(SYS_read, (int)fd, buf, sizeof(buf) - 1);
 
-	if (fd >= 0)
-		uls_syscall(SYS_close, (int)fd);
-	if (len <= 0)
+	if (uls_read_small_file("/proc/self/stat", buf, sizeof(buf)) <= 0)
 		return 0;
-	buf[len] = '\0';
 	const char *p = strrchr(buf, ')');
 	/* ") S ppid ..." : the state is field 3, num_threads field 20. */
 	for (int field = 2; p && field < 20; field++)
@@ -483,23 +476,14 @@ static long process_threads(void)
 	return p ? strtol(p + 1, NULL, 10) : 0;
 }
 
-struct exit_pass {
-	int alone; /* the exiting thread is the process's only one */
-	int counted;
-};
-
 static void exit_conn(struct uls_conn *c, void *arg)
 {
-	struct exit_pass *x = arg;
+	int *alone = arg; /* the exiting thread is the process's only one; -1: not asked yet */
 	struct uls_shm_conn *s;
 
 	if (c->tp != &uls_shm_transport)
 		return;
 	s = shm_of(c);
-	if (x->alone < 0) {
-		x->counted |= s->counted;
-		return;
-	}
 	/*
 	 * A client's socket that no other process holds (a fork child's is its parent's too):
 	 * an offer its server never took goes back (as shm_settled), and the segment's name,
@@ -513,7 +497,11 @@ static void exit_conn(struct uls_conn *c, void *arg)
 			uls_offer_done((struct sockaddr *)&c->peer_sa);
 		uls_seg_remove(&s->seg);
 	}
-	if (x->alone)
+	if (!s->counted)
+		return;
+	if (*alone < 0)
+		*alone = process_threads() == 1;
+	if (*alone)
 		count_gone(s);
 }
 
@@ -522,17 +510,15 @@ static void exit_conn(struct uls_conn *c, void *arg)
  * next, and nothing of this process runs on them any more. Its counts go first: a fork
  * child that exits without closing what it inherited (Redis's BGSAVE child: _exit) left
  * every one of its parent's connections counted twice, shared for good. Only where the
- * exiting thread is the only one: another thread could still be inside a call on the
- * connection until the process ends, which the other holders must not take for gone.
+ * exiting thread is the only one (asked once, at the first counted connection): another
+ * thread could still be inside a call on the connection until the process ends, which
+ * the other holders must not take for gone.
  */
 static void shm_process_exit(void)
 {
-	struct exit_pass x = {.alone = -1};
+	int alone = -1;
 
-	if (!uls_conn_each_try(exit_conn, &x))
-		return;
-	x.alone = x.counted && process_threads() == 1;
-	(void)uls_conn_each_try(exit_conn, &x);
+	uls_conn_each_try(exit_conn, &alone);
 }
 
 static void shm_atfork_child(void)

@@ -25,6 +25,12 @@ CLOSE_LINE = re.compile(r"^ulsock\[(\d+)\]: fd=(\d+) (\S+) -> (\S+) closed: sent
 # kernel TCP in place after its path was logged).
 LEFT_LINE = re.compile(r"^ulsock\[\d+\]: fd=\d+ \S+ -> \S+ left the fast path: .+$")
 
+# ulsock[PID]: LOCAL -> PEER: the socket is this process's alone again (...), at level debug:
+# a socket shared by fork whose other counted holders all let it go (design.md, "Fork
+# children, counted").
+ALONE_LINE = re.compile(r"^ulsock\[(\d+)\]: (\S+) -> (\S+): the socket is this process's "
+                        r"alone again")
+
 
 def matches(text, pattern):
     """The match of PATTERN for each line of TEXT it matches, in order."""
