@@ -238,18 +238,61 @@ def iperf3_stream(sub, params, record):
         raise BenchError("bad iperf3 JSON (%s):\n%s" % (e, out[-1000:]))
 
 
-def redis_get(clients, threads=0, scale=1):
+# The other user of redis_get's server_user rows: it and root trust each other.
+OTHER_USER = "nobody"
+
+
+def _other_user_prefix():
+    """setpriv's prefix that runs a command as OTHER_USER (root only), and that uid."""
+    import pwd
+    if os.geteuid() != 0:
+        e = BenchError("a server of another user needs root")
+        e.skip = True
+        raise e
+    if not shutil.which("setpriv"):
+        raise BenchError("setpriv (util-linux) is missing")
+    pw = pwd.getpwnam(OTHER_USER)
+    return ["setpriv", "--reuid", str(pw.pw_uid), "--regid", str(pw.pw_gid),
+            "--clear-groups", "--"], pw.pw_uid
+
+
+class _AsUser:
+    """sub, its commands run through PREFIX (setpriv: another user)."""
+
+    def __init__(self, sub, prefix):
+        self._sub = sub
+        self._prefix = prefix
+
+    def wrap(self, argv):
+        return self._prefix + self._sub.wrap(argv)
+
+    def env(self):
+        return self._sub.env()
+
+    def check(self):
+        self._sub.check()
+
+
+def redis_get(clients, threads=0, scale=1, server_user=False):
     """GET requests per second: params["n_get1"] requests with one client, else
     params["n_get50"], times SCALE in the full mode (2 s runs); THREADS, when not 0,
-    becomes redis-benchmark's --threads."""
+    becomes redis-benchmark's --threads. SERVER_USER: the server runs as OTHER_USER, and
+    both ends trust each other's uid (ULSOCK_TRUST_UIDS)."""
     def fn(sub, params, record):
         port = free_port()
         n = params["n_get1"] if clients == 1 else params["n_get50"]
         n *= scale if params["seconds"] >= 2 else 1
         extra = ["--threads", str(threads)] if threads else []
+        server_sub = sub
+        if server_user:
+            prefix, uid = _other_user_prefix()
+            sub = _WithEnv(sub, {"ULSOCK_TRUST_UIDS": "%d,%d" % (os.geteuid(), uid)})
+            server_sub = _AsUser(sub, prefix)
         with tempfile.TemporaryDirectory(prefix="uls-bench-redis-") as d:
-            with _server(sub, ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                               "--save", "", "--appendonly", "no", "--dir", d],
+            if server_user:
+                os.chmod(d, 0o777)
+            with _server(server_sub, ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                                      "--save", "", "--appendonly", "no", "--dir", d],
                          port, record):
                 out = _client(sub, ["redis-benchmark", "-p", str(port), "-t", "get",
                                     "-c", str(clients)] + extra + ["-n", str(n), "-q"],
@@ -311,6 +354,11 @@ BENCHMARKS = [
               redis_get(1), ["redis-server", "redis-benchmark"]),
     Benchmark("redis50", "redis-benchmark GET, 50 clients", "req/s", False,
               redis_get(50), ["redis-server", "redis-benchmark"]),
+    # The server of another user (nobody), both ends trusting each other: their sleepers
+    # wake through FIFOs with names (docs/protocol.md section 5), not /proc.
+    Benchmark("redis1_xuser", "redis-benchmark GET, 1 client, server of another user",
+              "req/s", False, redis_get(1, scale=3, server_user=True),
+              ["redis-server", "redis-benchmark"]),
     Benchmark("connrate", "connections set up and torn down", "conn/s", False,
               connrate, []),
     # The same with every connection on shared memory: a client keeps connections this

@@ -4,13 +4,20 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <dirent.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "../os/ownfd.h"
 #include "config.h"
+#include "log.h"
+#include "trust.h"
 #include "../os/libc.h"
 
 /*
@@ -27,6 +34,7 @@ struct bell {
 	int wfd;                /* its write end, own descriptor */
 	uint64_t ino;           /* the pipe's inode (uls_bell_pipe) */
 	int made;
+	int named;              /* 1: a FIFO in /dev/shm (bell_make_named); 2: its name gone */
 	int in_use;             /* a thread or an epoll set has it (under mu) */
 	_Atomic uint64_t waits; /* waits begun: registrations hold the count of theirs */
 	_Atomic int pending;    /* rung since the last clear */
@@ -40,12 +48,67 @@ static pthread_key_t thread_key;
 static __thread int mine __attribute__((tls_model("initial-exec"))) = -1;
 __thread int uls_bell_current __attribute__((tls_model("initial-exec"))) = -1;
 
+void uls_bell_path(char *buf, size_t len, uint32_t pid, uint32_t idx)
+{
+	snprintf(buf, len, ULS_BELL_DIR "/" ULS_BELL_PREFIX "%u.%u", (unsigned)pid, (unsigned)idx);
+}
+
+/*
+ * With ULSOCK_TRUST_UIDS, bell number idx is a FIFO with a name, which the trusted users
+ * may write (not read: a reader could take wake-ups meant for other connections of the
+ * sleeper): a peer of another user cannot open it through /proc (ptrace rights), and
+ * still wakes it for the price of a pipe write (wakepipe.h). 0, or -1: the caller makes
+ * an unnamed pipe. A name left by an earlier process with this pid (killed, or this
+ * process before an exec) is this user's and stale: it goes.
+ */
+static int bell_make_named(struct bell *b, int idx)
+{
+	char path[64];
+	struct stat st;
+	int rfd = -1, wfd = -1;
+
+	uls_bell_path(path, sizeof(path), (uint32_t)uls_pid(), (uint32_t)idx);
+	if (mkfifo(path, 0600) < 0) {
+		if (errno != EEXIST || lstat(path, &st) < 0 || st.st_uid != uls_uid() ||
+		    unlink(path) < 0 || mkfifo(path, 0600) < 0)
+			return -1;
+	}
+	/* The read end first: a write-only open of a FIFO without a reader fails. */
+	rfd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+	if (rfd >= 0)
+		wfd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+	int err = wfd < 0 ? -errno : 0;
+	if (!err && (fstat(rfd, &st) < 0 || !S_ISFIFO(st.st_mode) || st.st_uid != uls_uid()))
+		err = -EINVAL;
+	if (!err)
+		err = uls_trust_grant(rfd, 2);
+	if (err) {
+		uls_warn("no named bell (%s): peers of other users wake this process on TCP",
+			 strerror(-err));
+		unlink(path);
+		if (rfd >= 0)
+			uls_libc.close(rfd);
+		if (wfd >= 0)
+			uls_libc.close(wfd);
+		return -1;
+	}
+	uls_own_fd_take(rfd, &b->fd);
+	uls_own_fd_take(wfd, &b->wfd);
+	b->ino = (uint64_t)st.st_ino;
+	b->named = 1;
+	b->made = 1;
+	return 0;
+}
+
 /* Makes bell b's pipe: 0, or -1 when the process has no descriptors to spare. */
 static int bell_make(struct bell *b)
 {
 	int p[2];
 	struct stat st;
 
+	b->named = 0;
+	if (uls_cfg.ntrusted > 0 && bell_make_named(b, (int)(b - bells)) == 0)
+		return 0;
 	if (pipe2(p, O_NONBLOCK | O_CLOEXEC) < 0)
 		return -1;
 	if (fstat(p[0], &st) < 0) {
@@ -77,8 +140,11 @@ static int bell_take(void)
 	for (i = 0; i < nbells && got < 0; i++)
 		if (!bells[i].in_use && bells[i].made)
 			got = i;
-	if (got < 0 && nbells < MAX_BELLS && bell_make(&bells[nbells]) == 0)
-		got = nbells++;
+	if (got < 0 && nbells < MAX_BELLS && bell_make(&bells[nbells]) == 0) {
+		got = nbells;
+		/* Release: uls_bell_unname, without the lock, sees the bell's name. */
+		__atomic_store_n(&nbells, nbells + 1, __ATOMIC_RELEASE);
+	}
 	if (got >= 0)
 		bells[got].in_use = 1;
 	pthread_mutex_unlock(&mu);
@@ -129,11 +195,62 @@ int uls_bell_fd(int bell)
 
 int uls_bell_pipe(int bell, uint64_t *who, uint64_t *ino)
 {
-	if (bell < 0 || bell >= MAX_BELLS || !bells[bell].made || bells[bell].fd < 0)
+	if (bell < 0 || bell >= MAX_BELLS || !bells[bell].made || bells[bell].fd < 0 ||
+	    bells[bell].named > 1)
 		return 0;
-	*who = (uint64_t)(uint32_t)uls_pid() << 32 | (uint32_t)bells[bell].fd;
+	uint32_t low = bells[bell].named ? ULS_BELL_NAMED | (uint32_t)bell : (uint32_t)bells[bell].fd;
+	*who = (uint64_t)(uint32_t)uls_pid() << 32 | low;
 	*ino = bells[bell].ino;
 	return 1;
+}
+
+/*
+ * The names go; the pipes stay (in a process that goes on after a failed exec they still
+ * ring, and peers that opened them still write them, but no new peer finds them:
+ * uls_bell_pipe then says none, and wake-ups come on TCP). Async-signal-safe, no lock:
+ * a bell being made meanwhile keeps its name, for the sweep.
+ */
+void uls_bell_unname(void)
+{
+	char path[64];
+	int n = __atomic_load_n(&nbells, __ATOMIC_ACQUIRE);
+
+	for (int i = 0; i < n && i < MAX_BELLS; i++)
+		if (bells[i].named == 1) {
+			bells[i].named = 2;
+			uls_bell_path(path, sizeof(path), (uint32_t)uls_pid(), (uint32_t)i);
+			unlink(path);
+		}
+}
+
+static int pid_gone(unsigned long pid)
+{
+	return pid == 0 || pid > INT32_MAX || (kill((pid_t)pid, 0) < 0 && errno == ESRCH);
+}
+
+void uls_bell_sweep(void)
+{
+	char path[300];
+	struct dirent *de;
+	struct stat st;
+	DIR *dir = opendir(ULS_BELL_DIR);
+
+	if (!dir)
+		return;
+	while ((de = readdir(dir)) != NULL) {
+		const char *p = de->d_name;
+		char *end;
+		if (strncmp(p, ULS_BELL_PREFIX, strlen(ULS_BELL_PREFIX)) != 0)
+			continue;
+		unsigned long pid = strtoul(p + strlen(ULS_BELL_PREFIX), &end, 10);
+		if (*end != '.' || !pid_gone(pid))
+			continue;
+		snprintf(path, sizeof(path), ULS_BELL_DIR "/%s", p);
+		/* Only this user's: another's cannot go from the sticky /dev/shm anyway. */
+		if (lstat(path, &st) == 0 && S_ISFIFO(st.st_mode) && st.st_uid == uls_uid())
+			unlink(path);
+	}
+	closedir(dir);
 }
 
 /*
@@ -244,10 +361,11 @@ void uls_bell_atfork_child(void)
 			uls_own_fd_close(&bells[i].wfd);
 		}
 		bells[i].made = 0;
+		bells[i].named = 0; /* its name is the parent's */
 		bells[i].in_use = 0;
 		atomic_store(&bells[i].pending, 0);
 	}
-	nbells = 0;
+	__atomic_store_n(&nbells, 0, __ATOMIC_RELEASE);
 	mine = -1;
 	uls_bell_current = -1;
 	if (atomic_load(&key_made))

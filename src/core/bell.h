@@ -22,12 +22,15 @@
  * A bell is a pipe, and a peer process may open it through /proc/PID/fd and write it
  * instead of sending a wake-up byte on TCP (transport/shm/wakepipe.h): so every sleeper
  * in poll, select or epoll_wait, single-threaded ones too, has one in its wait set, and
- * arms its connections with it (uls_conn_arm).
+ * arms its connections with it (uls_conn_arm). With ULSOCK_TRUST_UIDS set, bells are
+ * FIFOs with names in /dev/shm that the trusted users may write, since /proc does not let
+ * them open another user's descriptors.
  */
 #ifndef ULS_BELL_H
 #define ULS_BELL_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* glibc clears it for good when the process makes its first thread. */
@@ -56,10 +59,21 @@ void uls_bell_put(int bell);
 /* The read end of a bell's pipe, for a kernel wait set. */
 int uls_bell_fd(int bell);
 /*
- * Where a peer finds bell's pipe: *who = pid << 32 | read end's number, *ino its inode.
- * 0 when bell is none.
+ * Where a peer finds bell's pipe: *who = pid << 32 | read end's number, *ino its inode;
+ * for a bell with a name (ULSOCK_TRUST_UIDS set), pid << 32 | ULS_BELL_NAMED | bell's
+ * number, the name uls_bell_path's. 0 when bell is none, or its name is gone.
  */
 int uls_bell_pipe(int bell, uint64_t *who, uint64_t *ino);
+
+#define ULS_BELL_DIR "/dev/shm"
+#define ULS_BELL_PREFIX "ulsock-bell."
+#define ULS_BELL_NAMED (1u << 31)
+/* A named bell's path: ULS_BELL_DIR/ULS_BELL_PREFIX<pid>.<idx>. */
+void uls_bell_path(char *buf, size_t len, uint32_t pid, uint32_t idx);
+/* The process ends or execs: the bells' names go (async-signal-safe). */
+void uls_bell_unname(void);
+/* At start-up: names of this user's bells whose process is gone go. */
+void uls_bell_sweep(void);
 
 /*
  * A new wait of bell starts: rings from earlier waits are cleared and their registrations

@@ -21,19 +21,8 @@
  */
 static void log_write(const char *buf, size_t n)
 {
-	sigset_t xfsz, old, pending;
-	struct timespec zero = {0, 0};
-
-	sigemptyset(&xfsz);
-	sigaddset(&xfsz, SIGXFSZ);
-	if (pthread_sigmask(SIG_BLOCK, &xfsz, &old) != 0) {
-		uls_libc.write(uls_cfg.log_fd, buf, n);
-		return;
-	}
-	int was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGXFSZ);
-	if (uls_libc.write(uls_cfg.log_fd, buf, n) < 0 && errno == EFBIG && !was_pending)
-		sigtimedwait(&xfsz, NULL, &zero);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	ssize_t r = uls_write_unsignalled(uls_cfg.log_fd, buf, n, SIGXFSZ, EFBIG);
+	(void)r;
 }
 
 void uls_log(enum uls_log_level level, const char *fmt, ...)

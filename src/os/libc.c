@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -104,4 +105,23 @@ long uls_read_small_file(const char *path, char *buf, size_t size)
 		return -1;
 	buf[len] = '\0';
 	return len;
+}
+
+ssize_t uls_write_unsignalled(int fd, const void *buf, size_t n, int sig, int err)
+{
+	sigset_t one, old, pending;
+	struct timespec zero = {0, 0};
+
+	sigemptyset(&one);
+	sigaddset(&one, sig);
+	if (pthread_sigmask(SIG_BLOCK, &one, &old) != 0)
+		return uls_libc.write(fd, buf, n);
+	int was_pending = sigpending(&pending) == 0 && sigismember(&pending, sig);
+	ssize_t r = uls_libc.write(fd, buf, n);
+	int saved = errno;
+	if (r < 0 && saved == err && !was_pending)
+		sigtimedwait(&one, NULL, &zero);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	errno = saved;
+	return r;
 }

@@ -108,6 +108,13 @@ long uls_raw_syscall(long nr, long a, long b, long c, long d, long e, long f);
  */
 long uls_read_small_file(const char *path, char *buf, size_t size);
 
+/*
+ * uls_libc.write, with signal sig (SIGPIPE, SIGXFSZ) blocked around it, and the one the
+ * write raised taken back when it failed with err (EPIPE, EFBIG) and sig was not pending
+ * before: the write's error is the library's business, never the program's signal.
+ */
+ssize_t uls_write_unsignalled(int fd, const void *buf, size_t n, int sig, int err);
+
 /* Resolves the table; safe to call from any thread, any number of times. */
 void uls_libc_init(void);
 

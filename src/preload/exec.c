@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "preload.h"
+#include "../core/bell.h"
 #include "../core/conn.h"
 #include "../core/event.h"
 #include "../core/handoff.h"
@@ -33,8 +34,10 @@ static char **exec_begin(char *const envp[], char **entry)
 
 	if (uls_vfork_child())
 		uls_vfork_exec_prepare();
-	else
+	else {
 		uls_epoll_unshare();
+		uls_bell_unname(); /* the new program has none of the bells */
+	}
 	uls_transports_exec_begin();
 	return env;
 }

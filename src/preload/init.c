@@ -51,8 +51,10 @@ static void do_init(void)
 		uls_cfg.disabled = 1;
 	pthread_atfork(uls_atfork_prepare, NULL, uls_atfork_child);
 	uls_clone_init();
-	if (!uls_cfg.disabled)
+	if (!uls_cfg.disabled) {
 		uls_transports_init();
+		uls_bell_sweep();
+	}
 	uls_inside_end();
 	atomic_store_explicit(&uls_ready, 1, memory_order_release);
 	uls_dbg("loaded, profile %s", uls_profile_name(uls_cfg.profile));
@@ -78,8 +80,10 @@ __attribute__((constructor)) static void uls_ctor(void)
 /* exit() and a return from main: the transports' last words (the fabric's FINs). */
 __attribute__((destructor)) static void uls_dtor(void)
 {
-	if (!uls_vfork_child())
+	if (!uls_vfork_child()) {
 		uls_transports_exit();
+		uls_bell_unname();
+	}
 }
 
 /*
@@ -89,8 +93,10 @@ __attribute__((destructor)) static void uls_dtor(void)
  */
 ULS_EXPORT void _exit(int status)
 {
-	if (uls_enter() && !uls_vfork_child())
+	if (uls_enter() && !uls_vfork_child()) {
 		uls_transports_exit();
+		uls_bell_unname();
+	}
 	for (;;)
 		syscall(SYS_exit_group, status);
 }

@@ -1,8 +1,10 @@
 """Wake-ups of sleepers in poll, epoll and select (docs/protocol.md section 5): between two
 processes of one user they go through the sleeper's pipe, and the connection's kernel
-TCP sockets carry next to nothing; where a side may not write its peer's pipe
-(ULSOCK_TRUST_UIDS set: a client cannot know its server's user) that side wakes with a
-byte on TCP instead, and nothing is lost either way.
+TCP sockets carry next to nothing; with ULSOCK_TRUST_UIDS set the sleepers' pipes are
+FIFOs with names in /dev/shm (a client cannot know its server's user, and a peer of
+another user cannot open a pipe through /proc), so the same holds between users who
+trust each other (the server running as nobody). Where a side may not write its peer's
+pipe it wakes it with a byte on TCP instead, and nothing is lost either way.
 
 py_sleepy_pingpong.py's two ends, both under ulsock with the efficient profile (a wait
 sleeps at once, so every message wakes the other end), echo N messages of 64 bytes, each
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLAIN, expect_paths, kv
+from conftest import PLAIN, expect_paths, kv, require_user
 from ulstest import logs
 
 PINGPONG = Path(__file__).with_name("py_sleepy_pingpong.py")
@@ -42,12 +44,13 @@ def tcp_bytes_sent(port):
     return sent
 
 
-def run_pingpong(uls, how, hold="alone", env=None, server_log="info"):
-    """Runs the ping-pong (the server's socket held as HOLD says); returns the bytes the
-    server's and the client's TCP sockets sent, and the server's Proc."""
+def run_pingpong(uls, how, hold="alone", env=None, server_log="info", server_user=None):
+    """Runs the ping-pong (the server's socket held as HOLD says, its process running as
+    SERVER_USER); returns the bytes the server's and the client's TCP sockets sent, and
+    the server's Proc."""
     server, port = uls.server([sys.executable, str(PINGPONG), "server", how, str(N), hold],
                               name="server", profile="efficient", env=env, stdin=True,
-                              log_level=server_log)
+                              log_level=server_log, user=server_user)
     client = uls.start([sys.executable, str(PINGPONG), "client", how, str(N), str(port)],
                        name="client", profile="efficient", env=env, stdin=True)
     client.wait_for(rf"^DONE n={N}$")
@@ -66,18 +69,24 @@ def run_pingpong(uls, how, hold="alone", env=None, server_log="info"):
     return sent[port], sum(v for p, v in sent.items() if p != port), server
 
 
-@pytest.mark.parametrize("trust", ["one_user", "trust_uids"])
+@pytest.mark.parametrize("trust", ["one_user", "trust_uids", "other_user"])
 @pytest.mark.parametrize("how", ["poll", "epoll", "select"])
 def test_sleepers_woken(uls, how, trust):
+    """one_user: both ends of one user, nobody else trusted; trust_uids: the same with
+    ULSOCK_TRUST_UIDS set in both (so every bell has a name); other_user: the server runs
+    as nobody, both trust each other. No side wakes the other on TCP in any of them."""
     if PLAIN:
         pytest.skip("what ulsock puts on TCP: nothing to see without it")
+    user = None
     env = {"ULSOCK_TRUST_UIDS": "65534"} if trust == "trust_uids" else None
-    srv_sent, cli_sent, _ = run_pingpong(uls, how, env=env)
+    if trust == "other_user":
+        require_user("nobody", PINGPONG, sys.executable)
+        user = "nobody"
+        env = {"ULSOCK_TRUST_UIDS": "0,65534"}
+    srv_sent, cli_sent, _ = run_pingpong(uls, how, env=env, server_user=user)
     assert srv_sent <= STRAY, f"the server sent {srv_sent} bytes on TCP for {N} messages"
-    # With ULSOCK_TRUST_UIDS the client wakes its server on TCP: how often depends on how
-    # often the server was asleep, so only the server's side is counted there.
-    if trust == "one_user":
-        assert cli_sent <= FIRST + STRAY, f"the client sent {cli_sent} bytes on TCP for {N} messages"
+    assert cli_sent <= FIRST + STRAY, f"the client sent {cli_sent} bytes on TCP for {N} messages"
+    uls.assert_no_shm_leftovers()
 
 
 @pytest.mark.parametrize("hold", ["fork", "fork-parent", "fork-keep", "fork-exit"])

@@ -346,12 +346,12 @@ static int wait_rung(struct uls_conn *c, int fd, uint64_t deadline, int drain, i
 }
 
 /*
- * May this side write the peer's pipes (wakepipe.h)? A server knows its client's user
- * by the segment file's owner; a client knows only who could attach to its file.
+ * The peer's user, for the pipes this side may write (wakepipe.h): a server knows its
+ * client's by the segment file's owner; a client cannot know its server's (-1).
  */
-static int pipe_wakes(struct uls_conn *c)
+static long long peer_uid(struct uls_conn *c)
 {
-	return uls_wakepipe_allowed(c->role == ULS_SERVER ? (long long)shm_of(c)->seg.uid : -1);
+	return c->role == ULS_SERVER ? (long long)shm_of(c)->seg.uid : -1;
 }
 
 /*
@@ -367,9 +367,10 @@ static int wake_wanted(struct uls_conn *c, int fd, _Atomic uint32_t *want,
 	uint32_t w = atomic_exchange(want, 0);
 	if (w & ULS_WANT_FUTEX)
 		uls_futex_wake(want, INT_MAX);
-	int piped = (w & ULS_WANT_PIPE) && pipe_wakes(c) &&
+	int piped = (w & ULS_WANT_PIPE) &&
 		    uls_wakepipe_write(atomic_load_explicit(&wp->who, memory_order_relaxed),
-				       atomic_load_explicit(&wp->ino, memory_order_relaxed));
+				       atomic_load_explicit(&wp->ino, memory_order_relaxed),
+				       peer_uid(c));
 	if ((w & ULS_WANT_TOKEN) || ((w & ULS_WANT_PIPE) && !piped))
 		uls_conn_send_token(c, fd);
 	return 1;

@@ -11,13 +11,13 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "guard.h"
 #include "../../core/config.h"
 #include "../../core/log.h"
+#include "../../core/trust.h"
 #include "../../os/libc.h"
 
 #define SHM_DIR "/dev/shm"
@@ -34,38 +34,13 @@ void uls_seg_path(char *buf, size_t len, uint64_t ino)
 
 /*
  * With ULSOCK_TRUST_UIDS, the trusted users' processes must be able to open the file:
- * a POSIX ACL grants each of them read and write, nobody else gains anything.
+ * they read and write it, nobody else gains anything.
  */
 static void grant_trusted(int fd)
 {
-	struct {
-		uint16_t tag, perm;
-		uint32_t id;
-	} e[ULS_MAX_TRUSTED + 4];
-	uint8_t blob[4 + sizeof(e)];
-	uint32_t version = 2;
-	int n = 0;
-
-	if (uls_cfg.ntrusted == 0)
-		return;
-	e[n++] = (typeof(e[0])){0x01, 6, UINT32_MAX}; /* owner */
-	for (int i = 0; i < uls_cfg.ntrusted; i++)
-		if (uls_cfg.trusted[i] != uls_uid())
-			e[n++] = (typeof(e[0])){0x02, 6, (uint32_t)uls_cfg.trusted[i]};
-	/* The kernel wants named users sorted by id. */
-	for (int i = 1; i < n; i++)
-		for (int j = i; j > 1 && e[j].id < e[j - 1].id; j--) {
-			typeof(e[0]) t = e[j];
-			e[j] = e[j - 1];
-			e[j - 1] = t;
-		}
-	e[n++] = (typeof(e[0])){0x04, 0, UINT32_MAX}; /* group */
-	e[n++] = (typeof(e[0])){0x10, 6, UINT32_MAX}; /* mask */
-	e[n++] = (typeof(e[0])){0x20, 0, UINT32_MAX}; /* other */
-	memcpy(blob, &version, 4);
-	memcpy(blob + 4, e, (size_t)n * sizeof(e[0]));
-	if (fsetxattr(fd, "system.posix_acl_access", blob, 4 + (size_t)n * sizeof(e[0]), 0) < 0)
-		uls_warn("cannot grant trusted uids access to a segment: %s", strerror(errno));
+	int err = uls_trust_grant(fd, 6);
+	if (err < 0)
+		uls_warn("cannot grant trusted uids access to a segment: %s", strerror(-err));
 }
 
 static uint64_t layout_total(uint64_t c2s, uint64_t s2c)

@@ -4,11 +4,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../../core/bell.h"
 #include "../../core/config.h"
 #include "../../os/cpu.h"
 #include "../../os/ownfd.h"
@@ -32,6 +34,8 @@
 struct wp_slot {
 	uint64_t who, ino;
 	int fd;            /* own descriptor, or -1: refused */
+	uid_t owner;       /* the pipe's owner, as fstat said when it was opened */
+	int quiet;         /* opened write-only: writes hold SIGPIPE (wp_write) */
 	uint64_t used_ns;  /* last use; 0: the slot is free */
 	_Atomic int busy;  /* writes in progress, outside the lock */
 	_Atomic int failed; /* a write failed: refused once no write is in progress */
@@ -40,40 +44,73 @@ struct wp_slot {
 static struct wp_slot slots[WP_SLOTS];
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 
-int uls_wakepipe_allowed(long long peer_uid)
+static int named(uint64_t who)
 {
-	if (peer_uid >= 0)
-		return (uid_t)peer_uid == uls_uid();
-	/*
-	 * A client's segment is its user's file, mode 0600: without ULSOCK_TRUST_UIDS only
-	 * that user or root attached to it, and root may write any pipe it likes.
-	 */
-	return uls_cfg.ntrusted == 0;
+	return ((uint32_t)who & ULS_BELL_NAMED) != 0;
 }
 
-/* Opens the pipe (who, ino) names and checks it: the descriptor, or -1. */
-static int wp_open(uint64_t who, uint64_t ino)
+/*
+ * May a connection whose peer has uid peer_uid (-1: a client, which cannot know its
+ * server's) be woken through the pipe who names, owned by owner? A pipe reached through
+ * /proc is the waker's own user's (wp_open checks), so it may be written only where the
+ * peer is of that user: a server knows its client's user by the segment file's owner; a
+ * client knows that only its user or root attached to its file (mode 0600) when
+ * ULSOCK_TRUST_UIDS is empty. A named bell (core/bell.h) may be the peer's own user's:
+ * then it must be the client's user for a server, a trusted user (or this one) for a
+ * client. Either way the peer could have written that pipe itself.
+ */
+static int wp_may(uint64_t who, uid_t owner, long long peer_uid)
 {
-	char path[48];
+	if (!named(who))
+		return peer_uid >= 0 ? (uid_t)peer_uid == uls_uid() : uls_cfg.ntrusted == 0;
+	return peer_uid >= 0 ? owner == (uid_t)peer_uid : uls_config_uid_trusted(owner);
+}
+
+/*
+ * Opens the pipe (who, ino) names and checks it: the descriptor, or -1; *owner, *quiet
+ * as in the slot.
+ */
+static int wp_open(uint64_t who, uint64_t ino, uid_t *owner, int *quiet)
+{
+	char path[64];
 	struct stat st;
-	unsigned pid = (unsigned)(who >> 32), num = (unsigned)who;
+	unsigned pid = (unsigned)(who >> 32), num = (unsigned)who & ~ULS_BELL_NAMED;
+	int fd, flags = O_NONBLOCK | O_CLOEXEC | O_NOCTTY;
 
 	if (pid == 0 || pid > (1u << 22) || num > (1u << 30) || ino == 0)
 		return -1;
-	snprintf(path, sizeof(path), "/proc/%u/fd/%u", pid, num);
+	if (named(who)) {
+		uls_bell_path(path, sizeof(path), pid, num);
+		/* The name's owner may change it: no link is followed, and what was opened is
+		 * checked again below. */
+		flags |= O_NOFOLLOW;
+		if (lstat(path, &st) < 0)
+			return -1;
+	} else {
+		snprintf(path, sizeof(path), "/proc/%u/fd/%u", pid, num);
+		if (stat(path, &st) < 0)
+			return -1;
+	}
 	/* Nothing but a pipe is opened: opening a device can do things. */
-	if (stat(path, &st) < 0 || !S_ISFIFO(st.st_mode) || (uint64_t)st.st_ino != ino)
+	if (!S_ISFIFO(st.st_mode) || (uint64_t)st.st_ino != ino)
 		return -1;
-	/* Read and write: a reader of our own keeps a write from ever raising SIGPIPE once
-	 * the sleeper is gone (the pipe then fills, and writes find it full). */
-	int fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+	/*
+	 * Read and write where this user may read: a reader of our own keeps a write from
+	 * ever raising SIGPIPE once the sleeper is gone (the pipe then fills, and writes find
+	 * it full). Another user's named bell lets us only write (a reader could take its
+	 * sleeper's wake-ups); its writes hold SIGPIPE instead.
+	 */
+	*quiet = named(who) && st.st_uid != uls_uid();
+	fd = open(path, flags | (*quiet ? O_WRONLY : O_RDWR));
 	if (fd < 0)
 		return -1;
+	uid_t was = st.st_uid;
 	if (fstat(fd, &st) < 0 || !S_ISFIFO(st.st_mode) || (uint64_t)st.st_ino != ino ||
-	    st.st_uid != uls_uid()) {
+	    st.st_uid != was || (!named(who) && st.st_uid != uls_uid())) {
 		uls_libc.close(fd);
 		return -1;
 	}
+	*owner = st.st_uid;
 	return fd;
 }
 
@@ -120,25 +157,29 @@ static struct wp_slot *wp_find(uint64_t who, uint64_t ino, uint64_t now)
 	victim->who = who;
 	victim->ino = ino;
 	victim->used_ns = now;
-	int fd = wp_open(who, ino);
+	int fd = wp_open(who, ino, &victim->owner, &victim->quiet);
 	if (fd < 0)
 		return NULL;
 	uls_own_fd_take(fd, &victim->fd);
 	return victim;
 }
 
-int uls_wakepipe_write(uint64_t who, uint64_t ino)
+int uls_wakepipe_write(uint64_t who, uint64_t ino, long long peer_uid)
 {
+	if (!named(who) && !wp_may(who, 0, peer_uid))
+		return 0; /* not even looked for */
 	if (pthread_mutex_trylock(&mu) != 0)
 		return 0;
 	struct wp_slot *s = wp_find(who, ino, uls_now_ns());
-	int fd = s ? s->fd : -1;
-	if (s)
+	int fd = s && wp_may(who, s->owner, peer_uid) ? s->fd : -1;
+	int quiet = s ? s->quiet : 0;
+	if (fd >= 0)
 		atomic_fetch_add(&s->busy, 1);
 	pthread_mutex_unlock(&mu);
 	if (fd < 0)
 		return 0;
-	ssize_t r = uls_libc.write(fd, "", 1);
+	ssize_t r = quiet ? uls_write_unsignalled(fd, "", 1, SIGPIPE, EPIPE)
+			  : uls_libc.write(fd, "", 1);
 	int done = r == 1 || (r < 0 && errno == EAGAIN);
 	if (!done)
 		atomic_store(&s->failed, 1);
