@@ -3,7 +3,8 @@
 pgbench select-only (-S), 4 clients on 2 threads, for params["seconds"] (2 s in the full
 mode), against a postmaster that runs on the same substrate as the client: both plain,
 or both under `ulsock run --profile P`. The number is pgbench's TPS without the initial
-connection time.
+connection time. pgbench_xuser is the same with pgbench running as root (the server
+stays its user's), both trusting the other's uid.
 
 PostgreSQL refuses to run as root, so under root the server and pgbench run as the
 `postgres` system user (setpriv), both ends the same uid as the fast path needs. One
@@ -140,16 +141,26 @@ def _readable_build(c, build_dir):
     return c["builds"][build_dir]
 
 
-def pgbench_select(sub, params, record):
+def pgbench_select(sub, params, record, xuser=False):
+    """XUSER: pgbench runs as root, the server as its user, both trusting the other's
+    uid (ULSOCK_TRUST_UIDS), as a database server and its clients usually are."""
     c = _setup(params["build_dir"])
     # The same substrate, with a copy of its ulsock the server's user can read.
     s = benchlib.Substrate(sub.profile,
                            _readable_build(c, os.path.dirname(os.path.dirname(sub.ulsock))))
     secs = max(1, int(params["seconds"]))
     port = benchlib.free_port()
-    server = c["pre"] + s.wrap(_server_argv(c["data"], c["sock"], port))
-    client = c["pre"] + s.wrap(_pgbench_argv(port, ["-c", "4", "-j", "2", "-T", str(secs),
-                                                    "-S"]))
+    server_pre = client_pre = c["pre"]
+    if xuser:
+        if not c["pre"]:
+            e = BenchError("a server of another user needs root")
+            e.skip = True
+            raise e
+        trust = ["env", "ULSOCK_TRUST_UIDS=0,%d" % pwd.getpwnam(USER).pw_uid]
+        server_pre, client_pre = c["pre"] + trust, trust
+    server = server_pre + s.wrap(_server_argv(c["data"], c["sock"], port))
+    client = client_pre + s.wrap(_pgbench_argv(port, ["-c", "4", "-j", "2", "-T", str(secs),
+                                                      "-S"]))
     record(server)
     record(client)
     p = _start(server, c["top"], port)
@@ -168,5 +179,11 @@ def pgbench_select(sub, params, record):
 BENCHMARKS = [
     benchlib.Benchmark("pgbench_s", "pgbench select-only, 4 clients, 2 threads", "TPS",
                        False, pgbench_select,
+                       [os.path.join(PGBIN, p) for p in ("postgres", "pgbench", "initdb")]),
+    # pgbench as root, the server as postgres, trusting each other (docs/protocol.md
+    # section 5: their sleepers wake through FIFOs with names).
+    benchlib.Benchmark("pgbench_xuser", "pgbench select-only, 4 clients, 2 threads, "
+                       "client of another user", "TPS", False,
+                       lambda sub, params, record: pgbench_select(sub, params, record, True),
                        [os.path.join(PGBIN, p) for p in ("postgres", "pgbench", "initdb")]),
 ]

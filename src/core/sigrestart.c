@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 
 #include "transport.h"
+#include "../os/libc.h"
 
 /*
  * SA_RESTART emulation. ulsock sleeps in poll(), which the kernel never restarts, while
@@ -16,6 +17,30 @@
 static struct sigaction app_act[NSIG_TRACKED];
 static _Atomic int tracked[NSIG_TRACKED];
 static __thread int last_signal;
+/* SIGPIPE's action: -1 not asked yet, 1 SIG_IGN, 0 anything else. */
+static _Atomic int pipe_ignored = -1;
+
+static int ignores(const struct sigaction *act)
+{
+	return !(act->sa_flags & SA_SIGINFO) && act->sa_handler == SIG_IGN;
+}
+
+int uls_sigpipe_ignored(void)
+{
+	int v = atomic_load_explicit(&pipe_ignored, memory_order_relaxed);
+	struct sigaction cur;
+
+	if (v >= 0)
+		return v;
+	/* The real call: the interposed one would report the trampoline's flags too. */
+	if (!uls_libc.sigaction || uls_libc.sigaction(SIGPIPE, NULL, &cur) != 0)
+		return 0;
+	/* A program's sigaction that raced with this question wrote its own value: keep it. */
+	v = ignores(&cur);
+	int expected = -1;
+	atomic_compare_exchange_strong(&pipe_ignored, &expected, v);
+	return atomic_load(&pipe_ignored);
+}
 
 static void trampoline(int sig, siginfo_t *si, void *uc)
 {
@@ -41,6 +66,9 @@ int uls_signal_install(int sig, const struct sigaction *act, struct sigaction *o
 
 	if (sig <= 0 || sig >= NSIG_TRACKED || sig == SIGKILL || sig == SIGSTOP)
 		return real(sig, act, old);
+	/* Before the call, so that a wake-up in between holds the signal (wakepipe.c). */
+	if (sig == SIGPIPE && act && !ignores(act))
+		atomic_store(&pipe_ignored, 0);
 	/* The program's action behind the trampoline before this call changes it. */
 	was = app_act[sig];
 	if (!act || (!(act->sa_flags & SA_SIGINFO) &&
@@ -59,6 +87,8 @@ int uls_signal_install(int sig, const struct sigaction *act, struct sigaction *o
 		else
 			app_act[sig] = was;
 	}
+	if (r == 0 && sig == SIGPIPE && act && ignores(act))
+		atomic_store(&pipe_ignored, 1);
 	if (r == 0 && old) {
 		/* Report the program's own handler, never the trampoline (and never the one
 		 * this call just installed: replacing a handler used to return the new one). */

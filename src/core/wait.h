@@ -48,5 +48,11 @@ int uls_signal_install(int sig, const struct sigaction *act, struct sigaction *o
 		       int (*real)(int, const struct sigaction *, struct sigaction *));
 void uls_signal_clear(void);
 int uls_signals_interrupt(void);
+/*
+ * Is SIGPIPE ignored (SIG_IGN) in this process? Asked of the kernel once, then kept up
+ * to date by every action the program sets through the interposed calls (one set with a
+ * raw rt_sigaction system call is not seen).
+ */
+int uls_sigpipe_ignored(void);
 
 #endif

@@ -116,7 +116,9 @@ ssize_t uls_write_unsignalled(int fd, const void *buf, size_t n, int sig, int er
 	sigaddset(&one, sig);
 	if (pthread_sigmask(SIG_BLOCK, &one, &old) != 0)
 		return uls_libc.write(fd, buf, n);
-	int was_pending = sigpending(&pending) == 0 && sigismember(&pending, sig);
+	/* Unblocked until now, it cannot have been pending for this thread. */
+	int was_pending = sigismember(&old, sig) && sigpending(&pending) == 0 &&
+			  sigismember(&pending, sig);
 	ssize_t r = uls_libc.write(fd, buf, n);
 	int saved = errno;
 	if (r < 0 && saved == err && !was_pending)

@@ -18,7 +18,7 @@
  *   - who may be woken so, by the peer's uid (-1: a client's view) and ULSOCK_TRUST_UIDS;
  *   - bells with names in /dev/shm (core/bell.h): the same checks by name, no link
  *     followed, the owner the peer's user or a trusted one, another user's bell with its
- *     sleeper gone failing without SIGPIPE.
+ *     sleeper gone failing without SIGPIPE, whether the program ignores it or not.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -34,6 +34,7 @@
 #include "check.h"
 #include "core/bell.h"
 #include "core/config.h"
+#include "core/wait.h"
 #include "os/libc.h"
 #include "transport/shm/wakepipe.h"
 
@@ -252,6 +253,20 @@ static void named_bells(void)
 	CHECK_EQ(uls_wakepipe_write(o.who, o.ino, -1), 0);    /* a client, nobody trusted */
 	uls_cfg.ntrusted = 1;
 	CHECK_EQ(take(ofd), 2);
+
+	check_context("another user's named bell, its sleeper gone, SIGPIPE ignored");
+	struct sigaction ign = {.sa_handler = SIG_IGN}, dfl = {.sa_handler = SIG_DFL};
+	CHECK_EQ(uls_sigpipe_ignored(), 0);
+	CHECK_INT(uls_signal_install(SIGPIPE, &ign, NULL, sigaction), ==, 0);
+	CHECK_EQ(uls_sigpipe_ignored(), 1);
+	struct name g;
+	int gfd = named_fifo(4005, 65534, &g);
+	CHECK_EQ(uls_wakepipe_write(g.who, g.ino, 65534), 1);
+	close(gfd);
+	CHECK_EQ(uls_wakepipe_write(g.who, g.ino, 65534), 0); /* EPIPE, nothing raised */
+	CHECK_INT(uls_signal_install(SIGPIPE, &dfl, NULL, sigaction), ==, 0);
+	CHECK_EQ(uls_sigpipe_ignored(), 0);
+	unlink_bell(4005);
 
 	check_context("another user's named bell, its sleeper gone");
 	close(ofd);

@@ -12,6 +12,7 @@
 
 #include "../../core/bell.h"
 #include "../../core/config.h"
+#include "../../core/wait.h"
 #include "../../os/cpu.h"
 #include "../../os/ownfd.h"
 #include "../../os/libc.h"
@@ -178,8 +179,10 @@ int uls_wakepipe_write(uint64_t who, uint64_t ino, long long peer_uid)
 	pthread_mutex_unlock(&mu);
 	if (fd < 0)
 		return 0;
-	ssize_t r = quiet ? uls_write_unsignalled(fd, "", 1, SIGPIPE, EPIPE)
-			  : uls_libc.write(fd, "", 1);
+	/* Where SIGPIPE is ignored the write cannot raise it: no need to hold it. */
+	ssize_t r = quiet && !uls_sigpipe_ignored()
+			    ? uls_write_unsignalled(fd, "", 1, SIGPIPE, EPIPE)
+			    : uls_libc.write(fd, "", 1);
 	int done = r == 1 || (r < 0 && errno == EAGAIN);
 	if (!done)
 		atomic_store(&s->failed, 1);
