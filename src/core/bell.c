@@ -48,9 +48,35 @@ static pthread_key_t thread_key;
 static __thread int mine __attribute__((tls_model("initial-exec"))) = -1;
 __thread int uls_bell_current __attribute__((tls_model("initial-exec"))) = -1;
 
+/* v in decimal at p, at most end - p characters: past the last one written. */
+static char *put_decimal(char *p, char *end, uint32_t v)
+{
+	char digits[10];
+	int n = 0;
+
+	do
+		digits[n++] = (char)('0' + v % 10);
+	while ((v /= 10) != 0);
+	while (n > 0 && p < end)
+		*p++ = digits[--n];
+	return p;
+}
+
+/* Without snprintf: uls_bell_unname runs in _exit, which a signal handler may call. */
 void uls_bell_path(char *buf, size_t len, uint32_t pid, uint32_t idx)
 {
-	snprintf(buf, len, ULS_BELL_DIR "/" ULS_BELL_PREFIX "%u.%u", (unsigned)pid, (unsigned)idx);
+	static const char head[] = ULS_BELL_DIR "/" ULS_BELL_PREFIX;
+	char *p = buf, *end = buf + len - 1;
+
+	if (len == 0)
+		return;
+	for (const char *h = head; *h && p < end; h++)
+		*p++ = *h;
+	p = put_decimal(p, end, pid);
+	if (p < end)
+		*p++ = '.';
+	p = put_decimal(p, end, idx);
+	*p = '\0';
 }
 
 /*
