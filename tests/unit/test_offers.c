@@ -3,7 +3,8 @@
  * The offer board (transport/shm/offers.h), in a directory of its own: a server looks
  * for a segment only while an offer to its port waits; offers are counted per port and
  * taken back one by one (never below zero); another process of the user sees them;
- * counts nobody takes fade after ULS_OFFER_FRESH_S; a board the module did not make as
+ * counts nobody takes fade after ULS_OFFER_FRESH_S, and the next offer starts the count
+ * again; a board the module did not make as
  * it makes them (group-writable, another owner, another layout) is not used, nor is one
  * shrunk under its mapping, nor the board of a server that trusts other users: then a
  * server always looks. A board removed and made again is found within about a second.
@@ -138,10 +139,28 @@ static void test_fade(void)
 	/* A stamp from the future (no honest writer makes one) does not keep it waiting. */
 	s->stamp = (uint32_t)ts.tv_sec + 1000;
 	CHECK_INT(uls_offer_waiting(SA(a)), ==, 0);
-	/* A new offer makes the slot fresh again, old count and all. */
+	/* A new offer makes the slot fresh again, and the faded count is over: taken, the
+	 * new one leaves nothing waiting. */
+	uls_offer_made(SA(a));
+	CHECK_INT(s->pending, ==, 1);
+	CHECK_INT(uls_offer_waiting(SA(a)), ==, 1);
+	uls_offer_done(SA(a));
+	CHECK_INT(uls_offer_waiting(SA(a)), ==, 0);
+	/* Counts that nobody took back, under a stamp that faded: the same. */
+	s->pending = 1550;
+	s->stamp = (uint32_t)ts.tv_sec - ULS_OFFER_FRESH_S - 1;
+	uls_offer_made(SA(a));
+	CHECK_INT(s->pending, ==, 1);
+	uls_offer_done(SA(a));
+	CHECK_INT(uls_offer_waiting(SA(a)), ==, 0);
+	/* A fresh stamp keeps the counts: two offers, two finds. */
+	uls_offer_made(SA(a));
 	uls_offer_made(SA(a));
 	CHECK_INT(s->pending, ==, 2);
+	uls_offer_done(SA(a));
 	CHECK_INT(uls_offer_waiting(SA(a)), ==, 1);
+	uls_offer_done(SA(a));
+	CHECK_INT(uls_offer_waiting(SA(a)), ==, 0);
 }
 
 /* A board file as someone else left it: never used, so a server always looks. */

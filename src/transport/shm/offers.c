@@ -166,7 +166,17 @@ void uls_offer_made(const struct sockaddr *dst)
 		return;
 	s = slot_of(b, dst);
 	/* The stamp first: a server that sees the count sees a stamp at least this new. */
-	atomic_store_explicit(&s->stamp, now_s(), memory_order_relaxed);
+	uint32_t now = now_s();
+	uint32_t was = atomic_exchange_explicit(&s->stamp, now, memory_order_relaxed);
+	/*
+	 * Offers counted before a stamp that had faded are over (uls_offer_waiting ignores
+	 * them): the count starts again, or counts nobody took back (a client killed, a
+	 * connect refused later) would make the slot's servers look for 10 s after every
+	 * new offer, for good. A client that offers at this very moment may lose its count:
+	 * its connection then stays on TCP.
+	 */
+	if (now - was > ULS_OFFER_FRESH_S)
+		atomic_store_explicit(&s->pending, 0, memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->pending, 1, memory_order_release);
 }
 
