@@ -78,7 +78,7 @@ def test_offers_to_plain_server_taken_back(uls):
     knows the server never attached (its data on TCP, or the close), so the port's slot
     does not make ulsock servers of other ports in it look for 10 s."""
     server, port = start_net_server(uls, "--max-conns", N, "--quiet", ulsock=False)
-    before = board.read_slot(port)[0]
+    expect = board.counts_before_offer(port)
     client = run_net_client(uls, port, "--conns", N, "--bytes", BYTES,
                             env={"ULSOCK_SHORT_CALLS": "0"})
     server.wait(timeout=60)
@@ -89,7 +89,7 @@ def test_offers_to_plain_server_taken_back(uls):
     assert len(reasons) == N, client.describe()
     assert all(r == "peer is not running ulsock" or r.startswith("peer never attached")
                for r in reasons), reasons
-    assert board.read_slot(port)[0] == before, client.describe()
+    assert board.read_slot(port)[0] in expect, client.describe()
 
 
 # A plain listener that accepts and keeps its connections, reading nothing.
@@ -122,12 +122,12 @@ def test_offers_taken_back_at_exit(uls):
     segment's name): its segment was offered (ULSOCK_SHORT_CALLS=0), the server runs
     without ulsock, and no close nor data told the client so."""
     server, port = uls.server([sys.executable, "-c", KEEPER], name="keeper", ulsock=False)
-    before = board.read_slot(port)[0]
     for how in ("_exit", "exit"):
+        expect = board.counts_before_offer(port)
         client = uls.start([sys.executable, "-c", LEAVER, str(port), how],
                            name="leaver-" + how, env={"ULSOCK_SHORT_CALLS": "0"}, stdin=True)
         client.wait_for(r"^CONNECTED$")
-        assert board.read_slot(port)[0] == before + 1, client.describe()
+        assert board.read_slot(port)[0] in {n + 1 for n in expect}, client.describe()
         client.send_line()
         client.wait()
-        assert board.read_slot(port)[0] == before, client.describe()
+        assert board.read_slot(port)[0] in expect, client.describe()

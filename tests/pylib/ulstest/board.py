@@ -40,3 +40,14 @@ def quiet_since(port, stamp):
     that time: every connection it accepted was kept on kernel TCP without a look. Other
     tests' clients offer to ports of the same slot now and then (1 slot in 1,024)."""
     return read_slot(port)[1] < stamp - FRESH_S - 1
+
+
+def counts_before_offer(port):
+    """The counts PORT's slot may hold just before a new offer adds its 1, read now: what
+    it holds, or 0 where its stamp has faded (the offer restarts the count: protocol.md
+    section 3); both within a second of fading."""
+    pending, stamp = read_slot(port)
+    age = now_stamp() - stamp
+    if age < FRESH_S:
+        return {pending}
+    return {0} if age > FRESH_S + 1 else {0, pending}
