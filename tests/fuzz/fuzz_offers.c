@@ -20,8 +20,8 @@
  *
  * What must hold: a board the module does not make as it makes them (another layout,
  * writable by others) is never written and a server always looks (waiting is 1); a valid
- * one counts an offer exactly (pending + 1, or 1 where the slot's stamp had faded: the
- * count restarts; the stamp now), takes one back never below
+ * one counts an offer exactly (pending + 1, or 1 where the slot's stamp is more than
+ * ULS_OFFER_FRESH_S in the past: the count restarts; the stamp now), takes one back never below
  * zero, and answers waiting exactly when an offer stamped within ULS_OFFER_FRESH_S is
  * pending; a file shrunk under the module never crashes it (the guard cuts the mapping;
  * from then on any answer is allowed but the process lives).
@@ -133,8 +133,8 @@ static void run_op(struct view *v, const uint8_t *op, uint8_t flags)
 		uint32_t t1 = now_s();
 		if (exact) {
 			/* A faded stamp (by the module's clock, t0 or t1) restarts the count. */
-			uint32_t at0 = t0 - stamp > ULS_OFFER_FRESH_S ? 1 : before + 1;
-			uint32_t at1 = t1 - stamp > ULS_OFFER_FRESH_S ? 1 : before + 1;
+			uint32_t at0 = (int32_t)(t0 - stamp) > (int32_t)ULS_OFFER_FRESH_S ? 1 : before + 1;
+			uint32_t at1 = (int32_t)(t1 - stamp) > (int32_t)ULS_OFFER_FRESH_S ? 1 : before + 1;
 			FUZZ_ASSERT(s->pending == at0 || s->pending == at1);
 			FUZZ_ASSERT(s->stamp >= t0 && s->stamp <= t1);
 		} else if (s && !v->shrunk) {

@@ -10,6 +10,9 @@
  * server always looks. A board removed and made again is found within about a second.
  */
 #include <arpa/inet.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -139,8 +142,16 @@ static void test_fade(void)
 	/* A stamp from the future (no honest writer makes one) does not keep it waiting. */
 	s->stamp = (uint32_t)ts.tv_sec + 1000;
 	CHECK_INT(uls_offer_waiting(SA(a)), ==, 0);
-	/* A new offer makes the slot fresh again, and the faded count is over: taken, the
-	 * new one leaves nothing waiting. */
+	/* A new offer makes the slot fresh again. The stamp was not old: the count stays (an
+	 * offer of another client stamps the next second while this one counts). */
+	uls_offer_made(SA(a));
+	CHECK_INT(s->pending, ==, 2);
+	CHECK_INT(uls_offer_waiting(SA(a)), ==, 1);
+	s->stamp = (uint32_t)ts.tv_sec + 2; /* a second ahead of now_s() */
+	uls_offer_made(SA(a));
+	CHECK_INT(s->pending, ==, 3);
+	/* Under an old stamp the count is over: taken, the new offer leaves nothing waiting. */
+	s->stamp = (uint32_t)ts.tv_sec - ULS_OFFER_FRESH_S - 1;
 	uls_offer_made(SA(a));
 	CHECK_INT(s->pending, ==, 1);
 	CHECK_INT(uls_offer_waiting(SA(a)), ==, 1);
@@ -161,6 +172,63 @@ static void test_fade(void)
 	CHECK_INT(uls_offer_waiting(SA(a)), ==, 1);
 	uls_offer_done(SA(a));
 	CHECK_INT(uls_offer_waiting(SA(a)), ==, 0);
+}
+
+/*
+ * Two clients offer at once to a slot whose stamp faded over counts nobody took: the old
+ * counts may go, never an offer of the two (a server would then not look for it, and
+ * its connection would stay on TCP). Counted: 2 (the old counts gone) or OLD + 2, never
+ * less.
+ */
+#define RACE_ROUNDS 20000
+#define RACE_OLD 5u
+
+static _Atomic unsigned race_go, race_done;
+
+static void *race_offer(void *arg)
+{
+	struct sockaddr_in a = v4(port_a);
+
+	for (unsigned r = 1; r <= RACE_ROUNDS; r++) {
+		for (unsigned spins = 0; atomic_load(&race_go) != r; spins++)
+			if ((spins & 255) == 255)
+				sched_yield();
+		uls_offer_made(SA(a));
+		atomic_fetch_add(&race_done, 1);
+	}
+	(void)arg;
+	return NULL;
+}
+
+static void test_race(void)
+{
+	struct uls_offer_slot *s;
+	struct timespec ts;
+	pthread_t t[2];
+	int lost = 0;
+
+	check_context("two offers at once");
+	fresh();
+	struct sockaddr_in a = v4(port_a);
+	uls_offer_made(SA(a)); /* the module makes the board */
+	s = &peek()->slot[uls_offer_slot_index(port_a)];
+	for (int i = 0; i < 2; i++)
+		CHECK_INT(pthread_create(&t[i], NULL, race_offer, NULL), ==, 0);
+	for (unsigned r = 1; r <= RACE_ROUNDS; r++) {
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		s->pending = RACE_OLD;
+		s->stamp = (uint32_t)ts.tv_sec - ULS_OFFER_FRESH_S - 1;
+		atomic_store(&race_done, 0);
+		atomic_store(&race_go, r);
+		while (atomic_load(&race_done) != 2)
+			sched_yield();
+		uint32_t n = s->pending;
+		if (n != 2 && n != RACE_OLD + 2)
+			lost++;
+	}
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	CHECK_INT(lost, ==, 0);
 }
 
 /* A board file as someone else left it: never used, so a server always looks. */
@@ -291,6 +359,7 @@ int main(void)
 	for (port_b = port_a + 1; uls_offer_slot_index(port_b) == uls_offer_slot_index(port_a);)
 		port_b++;
 
+	test_race();
 	test_counts();
 	test_other_process();
 	test_fade();

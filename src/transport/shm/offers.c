@@ -167,16 +167,20 @@ void uls_offer_made(const struct sockaddr *dst)
 	s = slot_of(b, dst);
 	/* The stamp first: a server that sees the count sees a stamp at least this new. */
 	uint32_t now = now_s();
+	uint32_t counted = atomic_load_explicit(&s->pending, memory_order_relaxed);
 	uint32_t was = atomic_exchange_explicit(&s->stamp, now, memory_order_relaxed);
 	/*
 	 * Offers counted before a stamp that had faded are over (uls_offer_waiting ignores
 	 * them): the count starts again, or counts nobody took back (a client killed, a
 	 * connect refused later) would make the slot's servers look for 10 s after every
-	 * new offer, for good. A client that offers at this very moment may lose its count:
-	 * its connection then stays on TCP.
+	 * new offer, for good. Only a stamp that is old: another client's offer may have
+	 * stamped the next second meanwhile (the difference is then negative), and its count
+	 * must stay. The count is cleared only if nobody changed it since it was read before
+	 * the stamp: an offer counted in between keeps it.
 	 */
-	if (now - was > ULS_OFFER_FRESH_S)
-		atomic_store_explicit(&s->pending, 0, memory_order_relaxed);
+	if ((int32_t)(now - was) > (int32_t)ULS_OFFER_FRESH_S)
+		atomic_compare_exchange_strong_explicit(&s->pending, &counted, 0,
+							memory_order_relaxed, memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->pending, 1, memory_order_release);
 }
 
