@@ -167,7 +167,9 @@ void uls_offer_made(const struct sockaddr *dst)
 	s = slot_of(b, dst);
 	/* The stamp first: a server that sees the count sees a stamp at least this new. */
 	uint32_t now = now_s();
-	uint32_t counted = atomic_load_explicit(&s->pending, memory_order_relaxed);
+	/* Acquire: a count read here that another offer added (release) comes with that
+	 * offer's stamp, which the exchange below then finds fresh. */
+	uint32_t counted = atomic_load_explicit(&s->pending, memory_order_acquire);
 	uint32_t was = atomic_exchange_explicit(&s->stamp, now, memory_order_relaxed);
 	/*
 	 * Offers counted before a stamp that had faded are over (uls_offer_waiting ignores
