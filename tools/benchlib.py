@@ -256,6 +256,26 @@ def _other_user_prefix():
             "--clear-groups", "--"], pw.pw_uid
 
 
+_readable_copies = {}
+
+
+def _readable_ulsock(sub):
+    """SUB with a copy of its ulsock command and library that OTHER_USER can read (a
+    build under /root is not), one copy per build, removed at exit; kernel TCP as is."""
+    if sub.profile is None:
+        return sub
+    build_dir = os.path.dirname(os.path.dirname(os.path.abspath(sub.ulsock)))
+    if build_dir not in _readable_copies:
+        dst = tempfile.mkdtemp(prefix="uls-bench-xuser-")
+        atexit.register(shutil.rmtree, dst, True)
+        os.chmod(dst, 0o755)
+        for part, name in (("bin", "ulsock"), ("lib", "libulsock.so")):
+            os.makedirs(os.path.join(dst, part), mode=0o755)
+            shutil.copy2(os.path.join(build_dir, part, name), os.path.join(dst, part, name))
+        _readable_copies[build_dir] = dst
+    return Substrate(sub.profile, _readable_copies[build_dir])
+
+
 class _AsUser:
     """sub, its commands run through PREFIX (setpriv: another user)."""
 
@@ -286,8 +306,9 @@ def redis_get(clients, threads=0, scale=1, server_user=False):
         server_sub = sub
         if server_user:
             prefix, uid = _other_user_prefix()
-            sub = _WithEnv(sub, {"ULSOCK_TRUST_UIDS": "%d,%d" % (os.geteuid(), uid)})
-            server_sub = _AsUser(sub, prefix)
+            trust = {"ULSOCK_TRUST_UIDS": "%d,%d" % (os.geteuid(), uid)}
+            server_sub = _AsUser(_WithEnv(_readable_ulsock(sub), trust), prefix)
+            sub = _WithEnv(sub, trust)
         with tempfile.TemporaryDirectory(prefix="uls-bench-redis-") as d:
             if server_user:
                 os.chmod(d, 0o777)

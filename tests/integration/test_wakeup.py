@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PLAIN, expect_paths, kv, require_user
+from conftest import PLAIN, ULSOCK_BIN, ULSOCK_LIB, expect_paths, kv, require_user
 from ulstest import logs
 
 PINGPONG = Path(__file__).with_name("py_sleepy_pingpong.py")
@@ -80,7 +80,7 @@ def test_sleepers_woken(uls, how, trust):
     user = None
     env = {"ULSOCK_TRUST_UIDS": "65534"} if trust == "trust_uids" else None
     if trust == "other_user":
-        require_user("nobody", PINGPONG, sys.executable)
+        require_user("nobody", PINGPONG, sys.executable, ULSOCK_BIN, ULSOCK_LIB)
         user = "nobody"
         env = {"ULSOCK_TRUST_UIDS": "0,65534"}
     srv_sent, cli_sent, _ = run_pingpong(uls, how, env=env, server_user=user)
