@@ -36,7 +36,7 @@ struct wp_slot {
 	uint64_t who, ino;
 	int fd;            /* own descriptor, or -1: refused */
 	uid_t owner;       /* the pipe's owner, as fstat said when it was opened */
-	int quiet;         /* opened write-only: writes hold SIGPIPE (wp_write) */
+	int quiet;         /* opened write-only: writes hold SIGPIPE (uls_wakepipe_write) */
 	uint64_t used_ns;  /* last use; 0: the slot is free */
 	_Atomic int busy;  /* writes in progress, outside the lock */
 	_Atomic int failed; /* a write failed: refused once no write is in progress */
