@@ -259,9 +259,10 @@ def _other_user_prefix():
 _readable_copies = {}
 
 
-def _readable_ulsock(sub):
-    """SUB with a copy of its ulsock command and library that OTHER_USER can read (a
-    build under /root is not), one copy per build, removed at exit; kernel TCP as is."""
+def readable_ulsock(sub):
+    """SUB with a copy of its ulsock command and library that another user can read (a
+    build under /root is not; the command finds its library at ../lib next to itself),
+    one copy per build, removed at exit; kernel TCP as is."""
     if sub.profile is None:
         return sub
     build_dir = os.path.dirname(os.path.dirname(os.path.abspath(sub.ulsock)))
@@ -276,12 +277,12 @@ def _readable_ulsock(sub):
     return Substrate(sub.profile, _readable_copies[build_dir])
 
 
-class _AsUser:
-    """sub, its commands run through PREFIX (setpriv: another user)."""
+class _Prefixed:
+    """sub, its commands run behind PREFIX (env(1) with variables, setpriv)."""
 
     def __init__(self, sub, prefix):
         self._sub = sub
-        self._prefix = prefix
+        self._prefix = list(prefix)
 
     def wrap(self, argv):
         return self._prefix + self._sub.wrap(argv)
@@ -291,6 +292,12 @@ class _AsUser:
 
     def check(self):
         self._sub.check()
+
+
+def _with_env(sub, extra):
+    """sub with more environment variables, set through env(1) so that the recorded
+    command shows them (they mean nothing to kernel TCP)."""
+    return _Prefixed(sub, ["env"] + ["%s=%s" % kv for kv in sorted(extra.items())])
 
 
 def redis_get(clients, threads=0, scale=1, server_user=False):
@@ -307,8 +314,8 @@ def redis_get(clients, threads=0, scale=1, server_user=False):
         if server_user:
             prefix, uid = _other_user_prefix()
             trust = {"ULSOCK_TRUST_UIDS": "%d,%d" % (os.geteuid(), uid)}
-            server_sub = _AsUser(_WithEnv(_readable_ulsock(sub), trust), prefix)
-            sub = _WithEnv(sub, trust)
+            server_sub = _Prefixed(_with_env(readable_ulsock(sub), trust), prefix)
+            sub = _with_env(sub, trust)
         with tempfile.TemporaryDirectory(prefix="uls-bench-redis-") as d:
             if server_user:
                 os.chmod(d, 0o777)
@@ -322,31 +329,12 @@ def redis_get(clients, threads=0, scale=1, server_user=False):
     return fn
 
 
-class _WithEnv:
-    """sub with more environment variables, set through env(1) so that the recorded
-    command shows them (they mean nothing to kernel TCP)."""
-
-    def __init__(self, sub, extra):
-        self._sub = sub
-        self._extra = extra
-
-    def wrap(self, argv):
-        return ["env"] + ["%s=%s" % kv for kv in sorted(self._extra.items())] + \
-            self._sub.wrap(argv)
-
-    def env(self):
-        return self._sub.env()
-
-    def check(self):
-        self._sub.check()
-
-
 def connrate_of(extra, env=None):
     """uls-connrate, server and client apart; extra: its flags for both (-e: no byte);
     env: more variables for both."""
     def fn(sub, params, record):
         if env:
-            sub = _WithEnv(sub, env)
+            sub = _with_env(sub, env)
         prog = os.path.join(params["build_dir"], "bin", "uls-connrate")
         if not os.access(prog, os.X_OK):
             raise BenchError("%s not built (run make build)" % prog)

@@ -122,23 +122,8 @@ def _setup(build_dir):
         benchlib.run(pre + _pgbench_argv(port, ["-i", "-s", "1", "-q"]), _env(top), 120)
     finally:
         _stop(p)
-    _cluster.update(pre=pre, top=top, data=data, sock=sock, builds={})
+    _cluster.update(pre=pre, top=top, data=data, sock=sock)
     return _cluster
-
-
-def _readable_build(c, build_dir):
-    """A copy of build_dir's ulsock command and library that the server's user can read
-    (the command finds its library at ../lib next to itself), one per build."""
-    build_dir = os.path.abspath(build_dir)
-    if build_dir not in c["builds"]:
-        dst = os.path.join(c["top"], "ulsock%d" % len(c["builds"]))
-        for sub, name in (("bin", "ulsock"), ("lib", "libulsock.so")):
-            os.makedirs(os.path.join(dst, sub), exist_ok=True)
-            src = os.path.join(build_dir, sub, name)
-            if os.path.exists(src):
-                shutil.copy2(src, os.path.join(dst, sub, name))
-        c["builds"][build_dir] = dst
-    return c["builds"][build_dir]
 
 
 def pgbench_select(sub, params, record, xuser=False):
@@ -146,8 +131,7 @@ def pgbench_select(sub, params, record, xuser=False):
     uid (ULSOCK_TRUST_UIDS), as a database server and its clients usually are."""
     c = _setup(params["build_dir"])
     # The same substrate, with a copy of its ulsock the server's user can read.
-    s = benchlib.Substrate(sub.profile,
-                           _readable_build(c, os.path.dirname(os.path.dirname(sub.ulsock))))
+    s = benchlib.readable_ulsock(sub)
     secs = max(1, int(params["seconds"]))
     port = benchlib.free_port()
     server_pre = client_pre = c["pre"]

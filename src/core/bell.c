@@ -249,33 +249,33 @@ void uls_bell_unname(void)
 		}
 }
 
-static int pid_gone(unsigned long pid)
+int uls_bell_sweep_one(const char *name)
 {
-	return pid == 0 || pid > INT32_MAX || (kill((pid_t)pid, 0) < 0 && errno == ESRCH);
+	char path[300];
+	struct stat st;
+	char *end;
+
+	if (strncmp(name, ULS_BELL_PREFIX, strlen(ULS_BELL_PREFIX)) != 0)
+		return 0;
+	unsigned long pid = strtoul(name + strlen(ULS_BELL_PREFIX), &end, 10);
+	if (*end != '.' || !uls_pid_gone(pid))
+		return 1;
+	snprintf(path, sizeof(path), ULS_BELL_DIR "/%s", name);
+	/* Only this user's: another's cannot go from the sticky /dev/shm anyway. */
+	if (lstat(path, &st) == 0 && S_ISFIFO(st.st_mode) && st.st_uid == uls_uid())
+		unlink(path);
+	return 1;
 }
 
 void uls_bell_sweep(void)
 {
-	char path[300];
 	struct dirent *de;
-	struct stat st;
 	DIR *dir = opendir(ULS_BELL_DIR);
 
 	if (!dir)
 		return;
-	while ((de = readdir(dir)) != NULL) {
-		const char *p = de->d_name;
-		char *end;
-		if (strncmp(p, ULS_BELL_PREFIX, strlen(ULS_BELL_PREFIX)) != 0)
-			continue;
-		unsigned long pid = strtoul(p + strlen(ULS_BELL_PREFIX), &end, 10);
-		if (*end != '.' || !pid_gone(pid))
-			continue;
-		snprintf(path, sizeof(path), ULS_BELL_DIR "/%s", p);
-		/* Only this user's: another's cannot go from the sticky /dev/shm anyway. */
-		if (lstat(path, &st) == 0 && S_ISFIFO(st.st_mode) && st.st_uid == uls_uid())
-			unlink(path);
-	}
+	while ((de = readdir(dir)) != NULL)
+		uls_bell_sweep_one(de->d_name);
 	closedir(dir);
 }
 

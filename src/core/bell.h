@@ -72,7 +72,12 @@ int uls_bell_pipe(int bell, uint64_t *who, uint64_t *ino);
 void uls_bell_path(char *buf, size_t len, uint32_t pid, uint32_t idx);
 /* The process ends or execs: the bells' names go (async-signal-safe). */
 void uls_bell_unname(void);
-/* At start-up: names of this user's bells whose process is gone go. */
+/*
+ * At start-up: names of this user's bells whose process is gone go. The shm transport's
+ * walk of /dev/shm at start-up (uls_seg_sweep) hands each name to uls_bell_sweep_one,
+ * which returns 1 when it was a bell's (gone or not); uls_bell_sweep walks on its own.
+ */
+int uls_bell_sweep_one(const char *name);
 void uls_bell_sweep(void);
 
 /*

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -126,4 +127,9 @@ ssize_t uls_write_unsignalled(int fd, const void *buf, size_t n, int sig, int er
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	errno = saved;
 	return r;
+}
+
+int uls_pid_gone(uint64_t pid)
+{
+	return pid == 0 || pid > INT32_MAX || (kill((pid_t)pid, 0) < 0 && errno == ESRCH);
 }

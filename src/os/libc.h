@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
@@ -114,6 +115,13 @@ long uls_read_small_file(const char *path, char *buf, size_t size);
  * before: the write's error is the library's business, never the program's signal.
  */
 ssize_t uls_write_unsignalled(int fd, const void *buf, size_t n, int sig, int err);
+
+/*
+ * 1 when no process pid exists: 0, a value no pid takes (above INT32_MAX: kill would
+ * read it as a process group), or kill's ESRCH. A process of another user exists
+ * (EPERM).
+ */
+int uls_pid_gone(uint64_t pid);
 
 /* Resolves the table; safe to call from any thread, any number of times. */
 void uls_libc_init(void);

@@ -51,10 +51,8 @@ static void do_init(void)
 		uls_cfg.disabled = 1;
 	pthread_atfork(uls_atfork_prepare, NULL, uls_atfork_child);
 	uls_clone_init();
-	if (!uls_cfg.disabled) {
-		uls_transports_init();
-		uls_bell_sweep();
-	}
+	if (!uls_cfg.disabled)
+		uls_transports_init(); /* the shm transport's sweeps bells' names too */
 	uls_inside_end();
 	atomic_store_explicit(&uls_ready, 1, memory_order_release);
 	uls_dbg("loaded, profile %s", uls_profile_name(uls_cfg.profile));

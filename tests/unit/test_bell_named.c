@@ -27,6 +27,7 @@
 #include "core/bell.h"
 #include "core/config.h"
 #include "os/libc.h"
+#include "transport/shm/segment.h"
 
 #define TRUSTED 65534u
 #define STRANGER 12345u
@@ -155,6 +156,13 @@ int main(void)
 	CHECK_INT(lstat(path, &st), ==, 0);
 	if (other_user)
 		CHECK_INT(lstat(theirs, &st), ==, 0);
+
+	check_context("the segments' sweep, the one walk of a start-up, takes bells too");
+	CHECK_INT(mkfifo(gone, 0600), ==, 0);
+	uls_seg_sweep();
+	CHECK_INT(lstat(gone, &st), ==, -1);
+	CHECK_INT(lstat(live, &st), ==, 0);
+	CHECK_INT(lstat(path, &st), ==, 0);
 	unlink(theirs);
 	unlink(live);
 

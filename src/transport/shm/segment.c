@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "guard.h"
+#include "../../core/bell.h"
 #include "../../core/config.h"
 #include "../../core/log.h"
 #include "../../core/trust.h"
@@ -503,11 +504,6 @@ void uls_seg_unlink(uint64_t ino)
 	unlink(path);
 }
 
-static int pid_gone(uint32_t pid)
-{
-	return pid == 0 || (kill((pid_t)pid, 0) < 0 && errno == ESRCH);
-}
-
 int uls_seg_sweep(void)
 {
 	char prefix[32], path[300];
@@ -523,7 +519,8 @@ int uls_seg_sweep(void)
 	if (!dir)
 		return 0;
 	while ((de = readdir(dir)) != NULL) {
-		if (strncmp(de->d_name, prefix, strlen(prefix)) != 0)
+		if (uls_bell_sweep_one(de->d_name) ||
+		    strncmp(de->d_name, prefix, strlen(prefix)) != 0)
 			continue;
 		snprintf(path, sizeof(path), SHM_DIR "/%s", de->d_name);
 		fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -536,8 +533,9 @@ int uls_seg_sweep(void)
 		 */
 		if (pread(fd, &hdr, sizeof(hdr), 0) == (ssize_t)sizeof(hdr) &&
 		    hdr.id.magic == ULS_SEG_MAGIC) {
-			if (pid_gone(hdr.id.client_pid) && pid_gone(hdr.side[ULS_SIDE_CLIENT].pid) &&
-			    pid_gone(hdr.side[ULS_SIDE_SERVER].pid)) {
+			if (uls_pid_gone(hdr.id.client_pid) &&
+			    uls_pid_gone(hdr.side[ULS_SIDE_CLIENT].pid) &&
+			    uls_pid_gone(hdr.side[ULS_SIDE_SERVER].pid)) {
 				unlink(path);
 				n++;
 			}

@@ -117,6 +117,8 @@ void uls_seg_path_of(char *buf, size_t len, uid_t uid, uint64_t ino);
 /*
  * Removes segments of this user whose processes are all gone, and files too short for a
  * header that are older than ULS_SEG_SWEEP_AGE seconds (truncated); returns how many.
+ * The same walk of /dev/shm removes the names of this user's dead bells
+ * (uls_bell_sweep_one): one readdir at start-up.
  */
 #define ULS_SEG_SWEEP_AGE 60
 int uls_seg_sweep(void);
