@@ -12,6 +12,7 @@
 #include <linux/unix_diag.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "../os/cpu.h"
 #include "../os/ownfd.h"
 #include "../os/libc.h"
 
@@ -125,18 +127,14 @@ static void unmap_v4(const struct sockaddr *sa, struct sockaddr_in *out)
 	memcpy(&out->sin_addr, &s6->sin6_addr.s6_addr[12], 4);
 }
 
-int uls_diag_lookup(const struct sockaddr *self, const struct sockaddr *other,
-		    struct uls_sockid *out)
+static int lookup_locked(const struct sockaddr *self, const struct sockaddr *other,
+			 struct uls_sockid *out)
 {
 	struct sockaddr_in s4, o4;
-	int fd, err = -EAFNOSUPPORT;
+	int err = -EAFNOSUPPORT, fd = diag_socket();
 
-	pthread_mutex_lock(&diag_mu);
-	fd = diag_socket();
-	if (fd < 0) {
-		err = -errno;
-		goto out;
-	}
+	if (fd < 0)
+		return -errno;
 	if (is_v4mapped(self) && is_v4mapped(other)) {
 		/* A dual-stack listener's peer is an IPv4 socket (or a v4-mapped IPv6 one). */
 		unmap_v4(self, &s4);
@@ -147,7 +145,32 @@ int uls_diag_lookup(const struct sockaddr *self, const struct sockaddr *other,
 	} else if (self->sa_family == AF_INET || self->sa_family == AF_INET6) {
 		err = diag_query(fd, self->sa_family, self, other, out);
 	}
-out:
+	return err;
+}
+
+int uls_diag_lookup(const struct sockaddr *self, const struct sockaddr *other,
+		    struct uls_sockid *out)
+{
+	pthread_mutex_lock(&diag_mu);
+	int err = lookup_locked(self, other, out);
+	pthread_mutex_unlock(&diag_mu);
+	return err;
+}
+
+/* A query takes tens of microseconds: another thread's is over long before this. */
+#define DIAG_TRY_NS 2000000u
+
+int uls_diag_lookup_try(const struct sockaddr *self, const struct sockaddr *other,
+			struct uls_sockid *out)
+{
+	uint64_t until = uls_now_ns() + DIAG_TRY_NS;
+
+	while (pthread_mutex_trylock(&diag_mu) != 0) {
+		if (uls_now_ns() > until)
+			return -EBUSY;
+		sched_yield();
+	}
+	int err = lookup_locked(self, other, out);
 	pthread_mutex_unlock(&diag_mu);
 	return err;
 }

@@ -29,6 +29,10 @@ struct uls_sockid {
  */
 int uls_diag_lookup(const struct sockaddr *self, const struct sockaddr *other,
 		    struct uls_sockid *out);
+/* The same, or -EBUSY where another thread is still asking after 2 ms (or the code that
+ * a signal handler interrupted is): for calls that may run in a handler. */
+int uls_diag_lookup_try(const struct sockaddr *self, const struct sockaddr *other,
+			struct uls_sockid *out);
 
 /*
  * The inode of the socket at the other end of a connected unix socket (UNIX_DIAG_PEER),

@@ -19,12 +19,12 @@ def require_nobody():
     require_user(NOBODY, *paths)
 
 
-def pair(uls, as_nobody, mode, env=None, concurrency=3):
+def pair(uls, as_nobody, mode, env=None, concurrency=3, client_env=None):
     server, port = start_net_server(uls, "--mode", mode, "--max-conns", "3", env=env,
                                     user=NOBODY if as_nobody == "server" else None)
     client = run_net_client(uls, port, "--mode", mode, "--conns", "3",
                             "--concurrency", str(concurrency),
-                            "--bytes", "777K", "--io", "mix", env=env,
+                            "--bytes", "777K", "--io", "mix", env=client_env or env,
                             user=NOBODY if as_nobody == "client" else None)
     server.wait()
     assert all(r["result"] == "ok" for r in server_conns(server)), server.output()
@@ -35,8 +35,8 @@ def pair(uls, as_nobody, mode, env=None, concurrency=3):
 @pytest.mark.parametrize("as_nobody", ["server", "client"])
 def test_other_user_falls_back(uls, as_nobody, mode):
     """Both ends preloaded, one of them running as nobody: path=kernel on both sides, and
-    for every connection the side that refused says why, naming the uid (the other side
-    may only know that its peer declined); every byte verified."""
+    for every connection the side that refused says why, naming the uid, and so does the
+    client whatever side refused; every byte verified."""
     require_nobody()
     client, server, port = pair(uls, as_nobody, mode)
     check_paths(client, server, 3, port=port, kernel_reason=".")
@@ -50,6 +50,25 @@ def test_other_user_falls_back(uls, as_nobody, mode):
         for cport, why in reasons.items():
             assert any(re.search(r"\buid\b", r, re.I) for r in why), \
                 f"connection from port {cport}: no side names the uid: {why}"
+        # The client too: its server never attached, and only the server's uid (the
+        # client asks sock_diag) tells that from a server without ulsock.
+        for line in client.paths():
+            assert re.search(r"\buid \d+\b", line.reason), line
+    uls.assert_no_shm_leftovers()
+
+
+def test_one_sided_trust_named(uls):
+    """The client trusts the server's uid, the server (nobody) trusts no one: the fast
+    path needs both, so the connections stay on kernel TCP, and the client's reason names
+    the uid it trusted and says the server may not trust it back."""
+    if PLAIN:
+        pytest.skip("needs ulsock")
+    require_nobody()
+    client, server, port = pair(uls, "server", "duplex",
+                                client_env={"ULSOCK_TRUST_UIDS": "0,65534"})
+    check_paths(client, server, 3, port=port, kernel_reason=".")
+    for line in client.paths():
+        assert "peer uid 65534 never attached" in line.reason, line
     uls.assert_no_shm_leftovers()
 
 

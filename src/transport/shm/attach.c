@@ -359,6 +359,33 @@ static void close_drain(struct uls_conn *c, int fd)
 	}
 }
 
+/*
+ * A server of another user takes no offer of this one unless both trust each other
+ * (ULSOCK_TRUST_UIDS): it looks at its own user's offer board and never opens the
+ * segment. Only its socket's owner tells that apart from a server without ulsock, so the
+ * client asks sock_diag, once per connection that falls back this way (and, with the
+ * destination's connections learnt short, not at all after four in a row). Tried only:
+ * a close may run in a signal handler.
+ */
+void uls_conn_never_attached(struct uls_conn *c, int fd, const char *plain)
+{
+	struct uls_sockid id;
+	char why[sizeof(c->reason)];
+
+	if (uls_diag_lookup_try((struct sockaddr *)&c->peer_sa, (struct sockaddr *)&c->local_sa,
+				&id) != 0 || id.uid == uls_uid()) {
+		uls_conn_set_kernel(c, fd, plain);
+		return;
+	}
+	if (uls_config_uid_trusted(id.uid))
+		snprintf(why, sizeof(why), "peer uid %u never attached (no ulsock, or it does not "
+			 "trust this uid)", (unsigned)id.uid);
+	else /* the server's words for the same connection */
+		snprintf(why, sizeof(why), "peer uid %u is another user (see ULSOCK_TRUST_UIDS)",
+			 (unsigned)id.uid);
+	uls_conn_set_kernel(c, fd, why);
+}
+
 static void shm_closing(struct uls_conn *c, int fd)
 {
 	/* Wake-up bytes left unread make the kernel reset instead of close; but with other
@@ -371,7 +398,7 @@ static void shm_closing(struct uls_conn *c, int fd)
 			atomic_store(&c->path, ULS_PATH_SHM);
 			uls_conn_log_path(c, fd);
 		} else {
-			uls_conn_set_kernel(c, fd, "peer never attached (not running ulsock?)");
+			uls_conn_never_attached(c, fd, "peer never attached (not running ulsock?)");
 		}
 	}
 }

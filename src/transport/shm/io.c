@@ -1272,9 +1272,10 @@ static ssize_t tcp_recv_pending(struct uls_conn *c, int fd, struct msghdr *msg, 
 	if (!uls_conn_peer_attached(c)) {
 		uls_token_read_end(c);
 		/* A ulsock server attaches before it sends anything: this peer never will. */
-		if (n > 0 || !peer_declined(c))
-			uls_conn_set_kernel(c, fd, peer_declined(c) ? "peer declined"
-								    : "peer is not running ulsock");
+		if (peer_declined(c) && n > 0)
+			uls_conn_set_kernel(c, fd, "peer declined");
+		else if (!peer_declined(c))
+			uls_conn_never_attached(c, fd, "peer is not running ulsock");
 		return n;
 	}
 	if (n == 0) {

@@ -85,6 +85,11 @@ void uls_token_read_end(struct uls_conn *c);
 /* The client moves its sending direction onto the ring. Caller holds the send lock. */
 void uls_conn_client_switch(struct uls_conn *c, int fd);
 void uls_conn_broken(struct uls_conn *c, int fd, const char *what);
+/*
+ * A client's server never attached: the connection stays on kernel TCP, with reason
+ * plain, or one that names the server's uid where its socket is another user's.
+ */
+void uls_conn_never_attached(struct uls_conn *c, int fd, const char *plain);
 
 /* The peer asked for this side's bytes on TCP (revert.c). */
 void uls_revert_serve(struct uls_conn *c, int fd);
