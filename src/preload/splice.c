@@ -20,6 +20,7 @@
 #include <poll.h>
 #include <stdatomic.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -38,8 +39,14 @@ static ssize_t real_splice(int in, loff_t *off_in, int out, loff_t *off_out, siz
 	return uls_libc.splice(in, off_in, out, off_out, len, flags);
 }
 
-/* The private pipe of this thread, made on first use. */
+/*
+ * The private pipe of this thread and the buffer the bytes cross, made on first use and
+ * gone with the thread. The buffer is on the heap: thread-local storage of a library that
+ * is loaded at start-up is static TLS, which every thread's stack carries, and 64 KiB
+ * there made pthread_create refuse small stacks (EINVAL: Node.js's own threads).
+ */
 static __thread int tee_pipe[2] = {-1, -1};
+static __thread char *chunk;
 static pthread_key_t tee_key;
 static pthread_once_t tee_once = PTHREAD_ONCE_INIT;
 
@@ -48,6 +55,8 @@ static void tee_pipe_gone(void *unused)
 	(void)unused;
 	uls_own_fd_close(&tee_pipe[0]);
 	uls_own_fd_close(&tee_pipe[1]);
+	free(chunk);
+	chunk = NULL;
 }
 
 static void tee_key_make(void)
@@ -59,14 +68,18 @@ static int tee_pipe_get(void)
 {
 	int p[2];
 
+	if (tee_pipe[0] >= 0 && chunk)
+		return 0;
+	pthread_once(&tee_once, tee_key_make);
+	pthread_setspecific(tee_key, tee_pipe); /* the thread's end frees what is made here */
+	if (!chunk && !(chunk = malloc(CHUNK)))
+		return -ENOMEM;
 	if (tee_pipe[0] >= 0)
 		return 0;
 	if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0)
 		return -errno;
 	uls_own_fd_take(p[0], &tee_pipe[0]);
 	uls_own_fd_take(p[1], &tee_pipe[1]);
-	pthread_once(&tee_once, tee_key_make);
-	pthread_setspecific(tee_key, tee_pipe);
 	return 0;
 }
 
@@ -93,16 +106,15 @@ static ssize_t recv_flags(struct uls_conn *c, int fd, void *buf, size_t len, int
 }
 
 /* Empties the private pipe (bytes that did not go where they were meant to). */
-static void priv_drain(char *buf)
+static void priv_drain(void)
 {
-	while (uls_libc.read(tee_pipe[0], buf, CHUNK) > 0)
+	while (uls_libc.read(tee_pipe[0], chunk, CHUNK) > 0)
 		;
 }
 
 static ssize_t socket_to_pipe(struct uls_conn *c, int sfd, int pfd, size_t len,
 			      unsigned int flags)
 {
-	static __thread char buf[CHUNK];
 	size_t want = len < CHUNK ? len : CHUNK;
 	int r;
 
@@ -117,19 +129,19 @@ static ssize_t socket_to_pipe(struct uls_conn *c, int sfd, int pfd, size_t len,
 		return uls_ret(r);
 	/* The socket side waits as the socket says (the kernel's tcp_splice_read). */
 	uls_peek_raw = 1; /* the program's SO_PEEK_OFF is not splice's */
-	ssize_t n = recv_flags(c, sfd, buf, want, MSG_PEEK);
+	ssize_t n = recv_flags(c, sfd, chunk, want, MSG_PEEK);
 	uls_peek_raw = 0;
 	if (n <= 0)
 		return uls_ret(n);
 	/* Through the private pipe, so that the program's pipe takes what fits without the
 	 * write waiting for the rest: a pipe-to-pipe splice that does not block. */
-	if (uls_libc.write(tee_pipe[1], buf, (size_t)n) != n) {
-		priv_drain(buf);
+	if (uls_libc.write(tee_pipe[1], chunk, (size_t)n) != n) {
+		priv_drain();
 		return uls_ret(-EIO);
 	}
 	ssize_t w = real_splice(tee_pipe[0], NULL, pfd, NULL, (size_t)n, SPLICE_F_NONBLOCK);
 	int err = errno;
-	priv_drain(buf);
+	priv_drain();
 	if (w <= 0) {
 		errno = err;
 		return w;
@@ -164,7 +176,6 @@ static int pipe_wait_data(int pfd, int nonblock)
 static ssize_t pipe_to_socket(struct uls_conn *c, int pfd, int sfd, size_t len,
 			      unsigned int flags)
 {
-	static __thread char buf[CHUNK];
 	int r = pipe_wait_data(pfd, (flags & SPLICE_F_NONBLOCK) != 0);
 
 	if (r <= 0)
@@ -174,17 +185,17 @@ static ssize_t pipe_to_socket(struct uls_conn *c, int pfd, int sfd, size_t len,
 	ssize_t t = tee(pfd, tee_pipe[1], len < CHUNK ? len : CHUNK, SPLICE_F_NONBLOCK);
 	if (t <= 0)
 		return t;
-	ssize_t got = uls_libc.read(tee_pipe[0], buf, (size_t)t);
+	ssize_t got = uls_libc.read(tee_pipe[0], chunk, (size_t)t);
 	if (got != t)
 		return uls_ret(-EIO);
-	struct iovec iov = {.iov_base = buf, .iov_len = (size_t)t};
+	struct iovec iov = {.iov_base = chunk, .iov_len = (size_t)t};
 	ssize_t n = uls_io_send(c, sfd, &iov, 1,
 				  (flags & SPLICE_F_NONBLOCK) ? MSG_DONTWAIT : 0);
 	if (n <= 0)
 		return uls_ret(n);
 	/* Exactly what the connection took leaves the program's pipe. */
 	for (ssize_t left = n; left > 0;) {
-		ssize_t k = uls_libc.read(pfd, buf, (size_t)left);
+		ssize_t k = uls_libc.read(pfd, chunk, (size_t)left);
 		if (k <= 0)
 			break;
 		left -= k;
