@@ -35,7 +35,7 @@ PACKAGES=(
 	# Real programs the tests and benchmarks run.
 	sockperf iperf3 redis-server redis-tools qperf libfabric-bin
 	nginx-light wrk apache2-utils memcached libmemcached-tools haproxy postgresql
-	openssh-server openssh-client openjdk-17-jdk-headless caddy curl
+	openssh-server openssh-client openjdk-17-jdk-headless caddy curl nodejs
 	# Process and socket inspection used by the tests; nftables for the NAT between
 	# namespace hosts in the fabric tests (its service stays disabled: no rules load).
 	iproute2 procps psmisc nftables

@@ -315,25 +315,13 @@ ULS_EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags)
 	return (int)i;
 }
 
-ULS_EXPORT ssize_t sendfile(int out, int in, off_t *offset, size_t count)
+static ssize_t sendfile_to_conn(struct uls_conn *c, int out, int in, off_t *offset,
+				size_t count, char *buf)
 {
-	struct uls_conn *c = accel(out);
-	char buf[65536];
 	size_t done = 0;
 
-	/* An accelerated socket as the input: the kernel takes one only into a pipe, as a
-	 * splice (and refuses an offset on it), which splice.c serves. */
-	if (!c && accel(in)) {
-		struct stat st;
-		if (offset)
-			return uls_ret(-ESPIPE);
-		if (fstat(out, &st) == 0 && S_ISFIFO(st.st_mode))
-			return splice(in, NULL, out, NULL, count, 0);
-	}
-	if (!c)
-		return uls_libc.sendfile(out, in, offset, count);
 	while (done < count) {
-		size_t want = count - done < sizeof(buf) ? count - done : sizeof(buf);
+		size_t want = count - done < ULS_CHUNK ? count - done : ULS_CHUNK;
 		ssize_t n = offset ? pread(in, buf, want, *offset) : uls_libc.read(in, buf, want);
 		if (n < 0)
 			return done ? (ssize_t)done : -1;
@@ -354,6 +342,32 @@ ULS_EXPORT ssize_t sendfile(int out, int in, off_t *offset, size_t count)
 			break;
 	}
 	return (ssize_t)done;
+}
+
+ULS_EXPORT ssize_t sendfile(int out, int in, off_t *offset, size_t count)
+{
+	struct uls_conn *c = accel(out);
+
+	/* An accelerated socket as the input: the kernel takes one only into a pipe, as a
+	 * splice (and refuses an offset on it), which splice.c serves; into a socket, EINVAL
+	 * (the kernel's socket would be read: wake-up bytes). */
+	if (accel(in)) {
+		struct stat st;
+		if (offset)
+			return uls_ret(-ESPIPE);
+		if (c)
+			return uls_ret(-EINVAL);
+		if (fstat(out, &st) == 0 && S_ISFIFO(st.st_mode))
+			return splice(in, NULL, out, NULL, count, 0);
+	}
+	if (!c)
+		return uls_libc.sendfile(out, in, offset, count);
+	char *buf = uls_chunk_take();
+	if (!buf)
+		return uls_ret(-ENOMEM);
+	ssize_t n = sendfile_to_conn(c, out, in, offset, count, buf);
+	uls_chunk_give(buf);
+	return n;
 }
 
 ULS_EXPORT ssize_t sendfile64(int out, int in, off_t *offset, size_t count)

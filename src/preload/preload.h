@@ -50,6 +50,13 @@ static inline int uls_vfork_child(void)
 void uls_clone_init(void);
 /* In a fork child: the per-thread pipe of splice is the parent's (splice.c). */
 void uls_splice_atfork_child(void);
+/*
+ * The thread's buffer of ULS_CHUNK bytes for bytes that cross ulsock (splice, sendfile
+ * into a socket), or NULL (no memory); give it back when done (splice.c).
+ */
+#define ULS_CHUNK 65536
+char *uls_chunk_take(void);
+void uls_chunk_give(char *buf);
 /* At the exec of a vfork child: the sockets it keeps are shared with the parent. */
 void uls_vfork_exec_prepare(void);
 /* Set, with release, once the library is started: the first calls may race in threads. */

@@ -20,8 +20,8 @@
 #include <poll.h>
 #include <stdatomic.h>
 #include <pthread.h>
-#include <stdlib.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,8 +30,6 @@
 #include "../core/fdtable.h"
 #include "../os/ownfd.h"
 
-#define CHUNK 65536
-
 static ssize_t real_splice(int in, loff_t *off_in, int out, loff_t *off_out, size_t len,
 			   unsigned int flags)
 {
@@ -39,23 +37,29 @@ static ssize_t real_splice(int in, loff_t *off_in, int out, loff_t *off_out, siz
 	return uls_libc.splice(in, off_in, out, off_out, len, flags);
 }
 
-/*
- * The private pipe of this thread and the buffer the bytes cross, made on first use and
- * gone with the thread. The buffer is on the heap: thread-local storage of a library that
- * is loaded at start-up is static TLS, which every thread's stack carries, and 64 KiB
- * there made pthread_create refuse small stacks (EINVAL: Node.js's own threads).
- */
+/* The private pipe of this thread, made on first use. */
 static __thread int tee_pipe[2] = {-1, -1};
-static __thread char *chunk;
 static pthread_key_t tee_key;
 static pthread_once_t tee_once = PTHREAD_ONCE_INIT;
+
+/*
+ * The buffer the bytes cross (splice here, sendfile into a socket in io.c): one per
+ * thread, mapped at its first use and unmapped with the thread. Not thread-local storage,
+ * which in a library loaded at start-up is static TLS that every thread's stack carries
+ * (64 KiB there made pthread_create refuse small stacks: EINVAL, Node.js's own threads),
+ * nor the stack, which a thread made with a small one does not have. A call that finds
+ * it in use (a signal handler's, inside another call) maps one of its own.
+ */
+static __thread char *chunk;
+static __thread int chunk_busy;
 
 static void tee_pipe_gone(void *unused)
 {
 	(void)unused;
 	uls_own_fd_close(&tee_pipe[0]);
 	uls_own_fd_close(&tee_pipe[1]);
-	free(chunk);
+	if (chunk)
+		munmap(chunk, ULS_CHUNK);
 	chunk = NULL;
 }
 
@@ -64,23 +68,57 @@ static void tee_key_make(void)
 	pthread_key_create(&tee_key, tee_pipe_gone);
 }
 
+/* The thread's end closes the pipe and unmaps the buffer. */
+static void at_thread_end(void)
+{
+	pthread_once(&tee_once, tee_key_make);
+	pthread_setspecific(tee_key, tee_pipe);
+}
+
 static int tee_pipe_get(void)
 {
 	int p[2];
 
-	if (tee_pipe[0] >= 0 && chunk)
-		return 0;
-	pthread_once(&tee_once, tee_key_make);
-	pthread_setspecific(tee_key, tee_pipe); /* the thread's end frees what is made here */
-	if (!chunk && !(chunk = malloc(CHUNK)))
-		return -ENOMEM;
 	if (tee_pipe[0] >= 0)
 		return 0;
 	if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0)
 		return -errno;
 	uls_own_fd_take(p[0], &tee_pipe[0]);
 	uls_own_fd_take(p[1], &tee_pipe[1]);
+	at_thread_end();
 	return 0;
+}
+
+static char *chunk_map(void)
+{
+	void *p = mmap(NULL, ULS_CHUNK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		       -1, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+char *uls_chunk_take(void)
+{
+	if (chunk_busy)
+		return chunk_map();
+	if (!chunk) {
+		if (!(chunk = chunk_map()))
+			return NULL;
+		at_thread_end();
+	}
+	chunk_busy = 1;
+	return chunk;
+}
+
+void uls_chunk_give(char *buf)
+{
+	int err = errno;
+
+	if (buf == chunk)
+		chunk_busy = 0;
+	else if (buf)
+		munmap(buf, ULS_CHUNK);
+	errno = err;
 }
 
 void uls_splice_atfork_child(void)
@@ -106,16 +144,16 @@ static ssize_t recv_flags(struct uls_conn *c, int fd, void *buf, size_t len, int
 }
 
 /* Empties the private pipe (bytes that did not go where they were meant to). */
-static void priv_drain(void)
+static void priv_drain(char *buf)
 {
-	while (uls_libc.read(tee_pipe[0], chunk, CHUNK) > 0)
+	while (uls_libc.read(tee_pipe[0], buf, ULS_CHUNK) > 0)
 		;
 }
 
 static ssize_t socket_to_pipe(struct uls_conn *c, int sfd, int pfd, size_t len,
-			      unsigned int flags)
+			      unsigned int flags, char *buf)
 {
-	size_t want = len < CHUNK ? len : CHUNK;
+	size_t want = len < ULS_CHUNK ? len : ULS_CHUNK;
 	int r;
 
 	/* As the kernel: wait for room in the pipe (unless SPLICE_F_NONBLOCK), then move
@@ -129,19 +167,19 @@ static ssize_t socket_to_pipe(struct uls_conn *c, int sfd, int pfd, size_t len,
 		return uls_ret(r);
 	/* The socket side waits as the socket says (the kernel's tcp_splice_read). */
 	uls_peek_raw = 1; /* the program's SO_PEEK_OFF is not splice's */
-	ssize_t n = recv_flags(c, sfd, chunk, want, MSG_PEEK);
+	ssize_t n = recv_flags(c, sfd, buf, want, MSG_PEEK);
 	uls_peek_raw = 0;
 	if (n <= 0)
 		return uls_ret(n);
 	/* Through the private pipe, so that the program's pipe takes what fits without the
 	 * write waiting for the rest: a pipe-to-pipe splice that does not block. */
-	if (uls_libc.write(tee_pipe[1], chunk, (size_t)n) != n) {
-		priv_drain();
+	if (uls_libc.write(tee_pipe[1], buf, (size_t)n) != n) {
+		priv_drain(buf);
 		return uls_ret(-EIO);
 	}
 	ssize_t w = real_splice(tee_pipe[0], NULL, pfd, NULL, (size_t)n, SPLICE_F_NONBLOCK);
 	int err = errno;
-	priv_drain();
+	priv_drain(buf);
 	if (w <= 0) {
 		errno = err;
 		return w;
@@ -174,7 +212,7 @@ static int pipe_wait_data(int pfd, int nonblock)
 }
 
 static ssize_t pipe_to_socket(struct uls_conn *c, int pfd, int sfd, size_t len,
-			      unsigned int flags)
+			      unsigned int flags, char *buf)
 {
 	int r = pipe_wait_data(pfd, (flags & SPLICE_F_NONBLOCK) != 0);
 
@@ -182,24 +220,38 @@ static ssize_t pipe_to_socket(struct uls_conn *c, int pfd, int sfd, size_t len,
 		return r < 0 ? uls_ret(r) : 0;
 	if ((r = tee_pipe_get()) < 0)
 		return uls_ret(r);
-	ssize_t t = tee(pfd, tee_pipe[1], len < CHUNK ? len : CHUNK, SPLICE_F_NONBLOCK);
+	ssize_t t = tee(pfd, tee_pipe[1], len < ULS_CHUNK ? len : ULS_CHUNK, SPLICE_F_NONBLOCK);
 	if (t <= 0)
 		return t;
-	ssize_t got = uls_libc.read(tee_pipe[0], chunk, (size_t)t);
+	ssize_t got = uls_libc.read(tee_pipe[0], buf, (size_t)t);
 	if (got != t)
 		return uls_ret(-EIO);
-	struct iovec iov = {.iov_base = chunk, .iov_len = (size_t)t};
+	struct iovec iov = {.iov_base = buf, .iov_len = (size_t)t};
 	ssize_t n = uls_io_send(c, sfd, &iov, 1,
 				  (flags & SPLICE_F_NONBLOCK) ? MSG_DONTWAIT : 0);
 	if (n <= 0)
 		return uls_ret(n);
 	/* Exactly what the connection took leaves the program's pipe. */
 	for (ssize_t left = n; left > 0;) {
-		ssize_t k = uls_libc.read(pfd, chunk, (size_t)left);
+		ssize_t k = uls_libc.read(pfd, buf, (size_t)left);
 		if (k <= 0)
 			break;
 		left -= k;
 	}
+	return n;
+}
+
+/* fn, one of the two directions, with the thread's buffer. */
+static ssize_t with_chunk(ssize_t (*fn)(struct uls_conn *, int, int, size_t, unsigned int,
+					char *),
+			  struct uls_conn *c, int from, int to, size_t len, unsigned int flags)
+{
+	char *buf = uls_chunk_take();
+
+	if (!buf)
+		return uls_ret(-ENOMEM);
+	ssize_t n = fn(c, from, to, len, flags, buf);
+	uls_chunk_give(buf);
 	return n;
 }
 
@@ -227,6 +279,6 @@ ULS_EXPORT ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out
 		return uls_ret(-ESPIPE);
 	if (len == 0)
 		return 0;
-	return cin ? socket_to_pipe(cin, fd_in, fd_out, len, flags)
-		   : pipe_to_socket(cout, fd_in, fd_out, len, flags);
+	return cin ? with_chunk(socket_to_pipe, cin, fd_in, fd_out, len, flags)
+		   : with_chunk(pipe_to_socket, cout, fd_in, fd_out, len, flags);
 }

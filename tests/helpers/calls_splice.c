@@ -813,6 +813,9 @@ static void socket_source_checks(int fd, unsigned seed, size_t n)
 	CHECK_ERR(sendfile(f, fd, &off, n), ESPIPE);
 	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, other) == 0);
 	CHECK_ERR(sendfile(other[0], fd, NULL, n), EINVAL);
+	/* Into a socket of ulsock's own (itself): the input must not be read as a file. */
+	CHECK_ERR(sendfile(fd, fd, NULL, n), EINVAL);
+	CHECK_ERR(sendfile(fd, fd, &off, n), ESPIPE);
 	CHECK_ERR(copy_file_range(fd, NULL, f, NULL, n, 0), EINVAL);
 	CHECK_ERR(copy_file_range(f, &loff, fd, NULL, 10, 0), EINVAL);
 	CHECK_ERR(copy_file_range(f, NULL, fd, NULL, 10, 0), EINVAL);

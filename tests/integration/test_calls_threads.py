@@ -7,7 +7,8 @@ from calls_util import case_list_test, case_test
 HELPER = "calls_threads"
 CASES = {
     "small_stacks": "a thread with a 32 KiB stack starts; both ends of a connection on "
-                    "64 KiB stacks move 1 MiB each way, blocking waits included",
+                    "64 KiB stacks move 1 MiB each way, blocking waits included, and "
+                    "256 KiB more with sendfile",
 }
 
 

@@ -148,7 +148,7 @@ static int tx_revert(struct uls_conn *c, int fd, uint64_t ring_end)
 {
 	struct uls_shm_conn *s = shm_of(c);
 	uint64_t tail = atomic_load(&s->tx->sh->prod.tail);
-	uint8_t buf[16384];
+	uint8_t buf[4096]; /* a thread with a small stack may be the one that moves back */
 
 	if (uls_ring_dist(ring_end, tail) > s->tx->size) {
 		uls_conn_broken(c, fd, "ring end out of range in a revert");
