@@ -3,8 +3,10 @@ second.
 
 nginx runs in the foreground as a master and two workers that send the file with
 sendfile(2), from a temporary directory of its own; wrk opens 32 kept-alive connections
-on two threads for params["seconds"] (>= 2 s in the full mode, 1 s in --smoke). Both
-processes are wrapped by the substrate. A run with socket errors or error statuses
+on two threads for params["seconds"] (>= 2 s in the full mode, 1 s in --smoke), or in
+nginx64k_close 32 at once, each for one request (`Connection: close`: wrk reads each 64
+KiB answer in pieces, README's ULSOCK_SHORT_CALLS). Both processes are wrapped by the
+substrate. A run with socket errors or error statuses
 fails instead of giving a number. The ab rows open a connection per request (HTTP/1.0,
 one at a time), the pattern of README's ULSOCK_SHORT_CALLS: with both ends on the
 substrate, and with nginx plain and only ab on it (a ulsock client of a local server
@@ -72,12 +74,14 @@ def _nginx(server_sub, size, record):
             yield port
 
 
-def nginx_wrk(size):
+def nginx_wrk(size, close=False):
+    """CLOSE: every request on a connection of its own (`Connection: close`)."""
     def fn(sub, params, record):
         secs = max(1, int(params["seconds"]))
+        extra = ["-H", "Connection: close"] if close else []
         with _nginx(sub, size, record) as port:
-            out = _client(sub, ["wrk", "-t2", "-c32", "-d%ds" % secs, "--timeout", "10s",
-                                "http://127.0.0.1:%d/file.bin" % port], record, secs + 60)
+            out = _client(sub, ["wrk", "-t2", "-c32", "-d%ds" % secs, "--timeout", "10s"] +
+                          extra + ["http://127.0.0.1:%d/file.bin" % port], record, secs + 60)
         for bad in ("Socket errors", "Non-2xx"):
             if bad in out:
                 raise BenchError("wrk reported %s:\n%s" % (bad, out[-1500:]))
@@ -105,6 +109,9 @@ BENCHMARKS = [
                        nginx_wrk(1024), ["nginx", "wrk"]),
     benchlib.Benchmark("nginx64k", "nginx + wrk GET 64 KiB, 32 connections", "req/s", False,
                        nginx_wrk(64 * 1024), ["nginx", "wrk"]),
+    benchlib.Benchmark("nginx64k_close", "nginx + wrk GET 64 KiB, 32 connections at once, "
+                       "a connection per request", "req/s", False,
+                       nginx_wrk(64 * 1024, close=True), ["nginx", "wrk"]),
     benchlib.Benchmark("nginx_ab", "nginx + ab GET 1 KiB, a connection per request",
                        "req/s", False, nginx_ab(False), ["nginx", "ab"]),
     benchlib.Benchmark("nginx_ab_plain", "plain nginx + ab GET 1 KiB, a connection per "

@@ -472,7 +472,8 @@ static void note_length(struct uls_conn *c, int fd)
 	if (c->short_kept)
 		units = uls_short_kernel_units(uls_conn_fd(c, fd));
 	else if (path == ULS_PATH_SHM || path == ULS_PATH_FABRIC)
-		units = atomic_load_explicit(&c->units, memory_order_relaxed);
+		units = uls_short_units(atomic_load_explicit(&c->units, memory_order_relaxed),
+					atomic_load_explicit(&c->moved, memory_order_relaxed));
 	else
 		return;
 	uls_short_note((struct sockaddr *)&c->peer_sa, units, uls_now_ns() - c->born_ns);

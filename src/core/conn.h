@@ -36,9 +36,10 @@ struct uls_conn {
 	_Atomic int closed; /* the last descriptor was closed: calls still inside fail */
 	int role;           /* ULS_CLIENT or ULS_SERVER */
 	_Atomic int path;
-	/* Units moved on a fast path (uls_conn_count, core/shortconn.h): beside path, which
-	 * every call reads. */
+	/* Turns and bytes moved on a fast path (uls_conn_count, core/shortconn.h): beside
+	 * path, which every call reads. */
 	_Atomic uint32_t units;
+	_Atomic uint64_t moved;
 	_Atomic int nonblock;
 	/* The socket was shared and is this process's alone now: O_NONBLOCK, which the
 	 * others could change, is asked of the kernel once more (transport/shm/io.c). */
@@ -119,15 +120,18 @@ static inline int uls_conn_accelerated(struct uls_conn *c)
 	return c && c->tp != &uls_kernel_transport && atomic_load(&c->path) != ULS_PATH_KERNEL;
 }
 
-/* A call on c moved n bytes (n > 0 counts): its units for core/shortconn.h. Two threads
- * at once may lose one; it only decides whether the connection was short. */
-static inline void uls_conn_count(struct uls_conn *c, ssize_t n)
+/* A call on c moved n bytes (n > 0 counts) in direction dir (0 send, 1 receive): its
+ * count (a turn or a call) and bytes for core/shortconn.h. Two threads at once may lose one; it only decides
+ * whether the connection was short. */
+static inline void uls_conn_count(struct uls_conn *c, ssize_t n, unsigned dir)
 {
+	if (n <= 0)
+		return;
 	uint32_t u = atomic_load_explicit(&c->units, memory_order_relaxed);
-
-	if (n > 0 && u < ULS_SHORT_CALLS_MAX)
-		atomic_store_explicit(&c->units, uls_short_units_add(u, (uint64_t)n),
-				      memory_order_relaxed);
+	atomic_store_explicit(&c->units, uls_short_turn(u, dir), memory_order_relaxed);
+	atomic_store_explicit(&c->moved,
+			      atomic_load_explicit(&c->moved, memory_order_relaxed) + (uint64_t)n,
+			      memory_order_relaxed);
 }
 
 /* The descriptor for c's kernel work: fd, or the one kept for calls a close overtook. */

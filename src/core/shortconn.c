@@ -100,8 +100,11 @@ uint32_t uls_short_kernel_units(int fd)
 	if (uls_libc.getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0 ||
 	    len < offsetof(struct tcp_info, tcpi_data_segs_out) + sizeof(ti.tcpi_data_segs_out))
 		return UINT32_MAX;
-	uint64_t segs = (uint64_t)ti.tcpi_data_segs_in + ti.tcpi_data_segs_out;
-	return segs > UINT32_MAX - 1 ? UINT32_MAX - 1 : (uint32_t)segs;
+	/* The turns, as the segments tell them: an exchange is at least a segment each way. */
+	uint64_t in = ti.tcpi_data_segs_in, out = ti.tcpi_data_segs_out;
+	uint64_t u = 2 * (in < out ? in : out) + (in != out);
+	u += (ti.tcpi_bytes_acked + ti.tcpi_bytes_received) >> ULS_SHORT_UNIT_SHIFT;
+	return u > UINT32_MAX - 1 ? UINT32_MAX - 1 : (uint32_t)u;
 }
 
 void uls_short_atfork_child(void)

@@ -107,7 +107,7 @@ static inline ssize_t uls_io_send(struct uls_conn *c, int fd, const struct iovec
 		n = uls_shm_send(c, fd, iov, iovcnt, flags);
 	else
 		n = uls_conn_send(c, fd, iov, iovcnt, flags);
-	uls_conn_count(c, n);
+	uls_conn_count(c, n, 0);
 	return n;
 }
 
@@ -119,7 +119,7 @@ static inline ssize_t uls_io_recv(struct uls_conn *c, int fd, struct msghdr *msg
 		n = uls_shm_recv(c, fd, msg, flags);
 	else
 		n = uls_conn_recv(c, fd, msg, flags);
-	uls_conn_count(c, n);
+	uls_conn_count(c, n, 1);
 	return n;
 }
 

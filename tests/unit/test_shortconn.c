@@ -4,8 +4,9 @@
  * short connections in a row keep the next ones to that address and port on kernel TCP,
  * one that is not short (enough units, or a long life) gives it back; other ports and
  * families are other destinations; the least recently used one is forgotten first;
- * ULSOCK_SHORT_CALLS=0 turns it all off. The kernel's count of a connection's units
- * (TCP_INFO's data segments) is checked on a real loopback connection.
+ * ULSOCK_SHORT_CALLS=0 turns it all off. Units are turns and 64 KiB pieces; the
+ * kernel's count of a connection's units (TCP_INFO's data segments and bytes) is checked
+ * on a real loopback connection.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -128,12 +129,36 @@ static void test_off(void)
 
 static void test_units(void)
 {
-	CHECK_U64(uls_short_units_add(0, 1), ==, 1);
-	CHECK_U64(uls_short_units_add(0, 65535), ==, 1);
-	CHECK_U64(uls_short_units_add(0, 65536), ==, 2);
-	CHECK_U64(uls_short_units_add(3, 10 << 16), ==, 14);
-	CHECK_U64(uls_short_units_add(ULS_SHORT_CALLS_MAX - 1, 1), ==, ULS_SHORT_CALLS_MAX);
-	CHECK_U64(uls_short_units_add(0, UINT64_MAX), ==, ULS_SHORT_CALLS_MAX);
+	uint32_t w = 0;
+
+	/* A turn is a unit: the first call, then each change of direction. */
+	w = uls_short_turn(w, 0);
+	CHECK_U64(uls_short_units(w, 0), ==, 1);
+	w = uls_short_turn(w, 1);
+	CHECK_U64(uls_short_units(w, 0), ==, 2);
+	/* Another call in the same direction is an eighth: one answer in nine reads. */
+	for (int i = 0; i < 7; i++)
+		w = uls_short_turn(w, 1);
+	CHECK_U64(uls_short_units(w, 0), ==, 2);
+	w = uls_short_turn(w, 1);
+	CHECK_U64(uls_short_units(w, 0), ==, 3);
+	w = uls_short_turn(w, 0);
+	CHECK_U64(uls_short_units(w, 0), ==, 4);
+	/* A first call that receives is a turn too. */
+	CHECK_U64(uls_short_units(uls_short_turn(0, 1), 0), ==, 1);
+	/* Bytes: one unit per 64 KiB moved in all. */
+	CHECK_U64(uls_short_units(w, 65535), ==, 4);
+	CHECK_U64(uls_short_units(w, 65536), ==, 5);
+	CHECK_U64(uls_short_units(w, 10 << 16), ==, 14);
+	CHECK_U64(uls_short_units(w, UINT64_MAX), ==, ULS_SHORT_CALLS_MAX);
+	/* Both saturate. */
+	for (int i = 0; i < 2 * ULS_SHORT_CALLS_MAX + 10; i++)
+		w = uls_short_turn(w, (unsigned)i & 1);
+	CHECK_U64(uls_short_units(w, 0), ==, ULS_SHORT_CALLS_MAX);
+	for (int i = 0; i < 10 * ULS_SHORT_CALLS_MAX; i++)
+		w = uls_short_turn(w, 1);
+	CHECK_U64(uls_short_units(w, 0), ==, ULS_SHORT_CALLS_MAX);
+	CHECK_U64(uls_short_units(w, UINT64_MAX), ==, ULS_SHORT_CALLS_MAX);
 }
 
 /* A loopback connection with one byte each way: two data segments, as the kernel counts. */
@@ -158,6 +183,22 @@ static void test_kernel_units(void)
 	CHECK_INT(read(c, &b, 1), ==, 1);
 	CHECK_U64(uls_short_kernel_units(c), ==, 2);
 	CHECK_U64(uls_short_kernel_units(l), ==, 0);
+	/* One answer of 256 KiB more, read in pieces: one turn, and one unit per 64 KiB. */
+	static char big[256 << 10];
+	CHECK_INT(write(c, "q", 1), ==, 1);
+	CHECK_INT(read(s, &b, 1), ==, 1);
+	size_t got = 0;
+	CHECK_INT(write(s, big, sizeof(big)), ==, (int)sizeof(big));
+	while (got < sizeof(big)) {
+		ssize_t n = read(c, big, 8192);
+		CHECK(n > 0);
+		got += (size_t)n;
+	}
+	/* 2 for the first exchange, 2 for the second (its answer may be several segments:
+	 * one more where in and out differ), 4 for its 256 KiB. */
+	uint32_t u = uls_short_kernel_units(c);
+	CHECK_U64(u, >=, 8);
+	CHECK_U64(u, <=, 9);
 	/* Not a TCP socket: the kernel cannot tell, and that counts as long. */
 	CHECK_U64(uls_short_kernel_units(-1), ==, UINT32_MAX);
 	close(s);
