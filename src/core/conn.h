@@ -121,8 +121,8 @@ static inline int uls_conn_accelerated(struct uls_conn *c)
 }
 
 /* A call on c moved n bytes (n > 0 counts) in direction dir (0 send, 1 receive): its
- * count (a turn or a call) and bytes for core/shortconn.h. Two threads at once may lose one; it only decides
- * whether the connection was short. */
+ * count (a turn or a call) and bytes for core/shortconn.h. Two threads at once may lose
+ * one; it only decides whether the connection was short. */
 static inline void uls_conn_count(struct uls_conn *c, ssize_t n, unsigned dir)
 {
 	if (n <= 0)
