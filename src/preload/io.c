@@ -362,6 +362,16 @@ ULS_EXPORT ssize_t sendfile(int out, int in, off_t *offset, size_t count)
 	}
 	if (!c)
 		return uls_libc.sendfile(out, in, offset, count);
+	/* The kernel reads only a regular file or a block device into a socket (with an
+	 * offset, something it cannot seek is ESPIPE first); anything else is EINVAL. */
+	struct stat st;
+	if (fstat(in, &st) < 0)
+		return -1;
+	if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
+		if (offset && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
+			return uls_ret(-ESPIPE);
+		return uls_ret(-EINVAL);
+	}
 	char *buf = uls_chunk_take();
 	if (!buf)
 		return uls_ret(-ENOMEM);

@@ -816,6 +816,19 @@ static void socket_source_checks(int fd, unsigned seed, size_t n)
 	/* Into a socket of ulsock's own (itself): the input must not be read as a file. */
 	CHECK_ERR(sendfile(fd, fd, NULL, n), EINVAL);
 	CHECK_ERR(sendfile(fd, fd, &off, n), ESPIPE);
+	/* Nor a pipe or another socket: nothing of theirs is taken. */
+	int pp[2];
+	CHECK(pipe(pp) == 0);
+	CHECK_EQ(write(pp[1], "pipe", 4), 4);
+	CHECK_EQ(write(other[1], "unix", 4), 4);
+	CHECK_ERR(sendfile(fd, pp[0], NULL, 4), EINVAL);
+	CHECK_ERR(sendfile(fd, pp[0], &off, 4), ESPIPE);
+	CHECK_ERR(sendfile(fd, other[0], NULL, 4), EINVAL);
+	CHECK_ERR(sendfile(fd, other[0], &off, 4), ESPIPE);
+	CHECK_EQ(calls_fionread(pp[0]), 4);
+	CHECK_EQ(calls_fionread(other[0]), 4);
+	close(pp[0]);
+	close(pp[1]);
 	CHECK_ERR(copy_file_range(fd, NULL, f, NULL, n, 0), EINVAL);
 	CHECK_ERR(copy_file_range(f, &loff, fd, NULL, 10, 0), EINVAL);
 	CHECK_ERR(copy_file_range(f, NULL, fd, NULL, 10, 0), EINVAL);
