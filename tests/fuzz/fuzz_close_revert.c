@@ -10,9 +10,9 @@
  * Input layout (little-endian):
  *   u8  flags      bits 0-1: C2S ring size, 4 KiB << (v % 3); bits 2-3: S2C, the same
  *   u8  pre        bytes the client sends on TCP before the accept
- *   u16 lines_len  bytes that follow, written at offset 128 of the segment (the sides
- *                  and the ring positions, up to offset 1024; the server's side is
- *                  then cleared)
+ *   u16 lines_len  bytes that follow, written at offset 128 of the segment (the sides,
+ *                  the ring positions and the offer word, up to offset 1088; the
+ *                  server's side is then cleared)
  *   lines_len bytes
  *   then 9-byte operations of fuzz_conn.c
  *

@@ -160,10 +160,12 @@ int fz_open(struct fz *f, const uint8_t *image, size_t len, uint64_t file_size, 
 
 /* ---- the attach ---- */
 
-/* Bytes of the header the attach may write: the server's side. */
+/* Bytes of the header the attach may write: the server's side, the client's offer word. */
 static int attach_may_write(size_t off)
 {
-	return off >= SRV(lock) && off < SRV(lock) + sizeof(struct uls_side);
+	return (off >= SRV(lock) && off < SRV(lock) + sizeof(struct uls_side)) ||
+	       (off >= offsetof(struct uls_seg_hdr, both.offer) &&
+		off < offsetof(struct uls_seg_hdr, both.offer) + 4);
 }
 
 /* The server's side as an attach leaves it: afresh, with its pid, cookie and state, and
@@ -233,6 +235,8 @@ void fz_attach(struct fz *f)
 	const uint8_t *now = (const uint8_t *)f->h;
 	for (size_t i = 0; i < sizeof(before); i++)
 		FUZZ_ASSERT(now[i] == before[i] || attach_may_write(i));
+	/* A server of the client's user takes the offer off the board, whatever the word was. */
+	FUZZ_ASSERT(RD32(offsetof(struct uls_seg_hdr, both.offer)) == 0);
 	/* A client already back on TCP makes the server decline (protocol.md, section 8). */
 	check_fresh_side(f, ULS_SIDE_ATTACHED | (reverted ? ULS_SIDE_DECLINED : 0));
 	FUZZ_ASSERT(atomic_load(&f->c->path) == (reverted ? ULS_PATH_KERNEL : ULS_PATH_SHM));

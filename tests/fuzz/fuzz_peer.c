@@ -65,6 +65,9 @@ static const struct fuzz_range peer_ranges[] = {
 	{S2C(cons.want_data), 4, 1},
 	{S2C(cons.closed), 4, 0},
 	{S2C(cons.data_pipe), sizeof(struct uls_wake_pipe), 0},
+	/* The client's offer: the server takes it off the board (0) at most. */
+	{offsetof(struct uls_seg_hdr, both.offer), 4, 1},
+	{offsetof(struct uls_seg_hdr, both.pad), sizeof(((struct uls_seg_hdr *)0)->both.pad), 0},
 };
 
 void fz_peer_snap(struct fz *f)

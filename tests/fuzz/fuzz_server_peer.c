@@ -201,6 +201,9 @@ static const struct fuzz_range srv_ranges[] = {
 	{C2S(cons.want_data), 4, 1},
 	{C2S(cons.closed), 4, 0},
 	{C2S(cons.data_pipe), sizeof(struct uls_wake_pipe), 0},
+	/* The client's offer, once counted: the client takes it back (0) at most. */
+	{offsetof(struct uls_seg_hdr, both.offer), 4, 1},
+	{offsetof(struct uls_seg_hdr, both.pad), sizeof(((struct uls_seg_hdr *)0)->both.pad), 0},
 };
 
 void fzc_snap(struct fzc *f)

@@ -32,7 +32,7 @@
 	} while (0)
 
 /* gen_corpus.py: MAGIC, VERSION, HDR, IDENT_SIZE, SIDE_SIZE, RING_HDR, RINGS_OFF. */
-_Static_assert(ULS_SEG_MAGIC == 0x0031474553534c55ULL && ULS_SEG_VERSION == 4,
+_Static_assert(ULS_SEG_MAGIC == 0x0031474553534c55ULL && ULS_SEG_VERSION == 5,
 	       "seed layout: magic and version");
 _Static_assert(ULS_SEG_HDR_SIZE == 4096 && sizeof(struct uls_seg_ident) == 128,
 	       "seed layout: header page and identity");
@@ -41,6 +41,9 @@ _Static_assert(offsetof(struct uls_seg_hdr, side) == 128 && sizeof(struct uls_si
 _Static_assert(offsetof(struct uls_seg_hdr, ring) == 512 &&
 		       sizeof(struct uls_ring_shared) == 256,
 	       "seed layout: ring positions");
+_Static_assert(offsetof(struct uls_seg_hdr, both.offer) == 1024 &&
+		       sizeof(struct uls_seg_hdr) == 1088,
+	       "seed layout: both sides' line");
 _Static_assert(offsetof(struct uls_seg_ident, client_ino) == 56 &&
 		       offsetof(struct uls_seg_ident, client_cookie) == 64,
 	       "seed layout: identity");

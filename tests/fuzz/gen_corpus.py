@@ -36,7 +36,7 @@ import os
 import struct
 
 MAGIC = 0x0031474553534C55  # "ULSSEG1"
-VERSION = 4
+VERSION = 5
 HDR = 4096
 RING_MIN = 4096
 IDENT_SIZE = 128
@@ -44,6 +44,8 @@ SIDE_SIZE = 3 * 64
 RING_HDR = 256           # struct uls_ring_shared: prod lines (tail, flags), cons lines
 RINGS_OFF = IDENT_SIZE + 2 * SIDE_SIZE
 CONS = 128               # offset of the consumer's lines in a ring header
+BOTH_OFF = RINGS_OFF + 2 * RING_HDR   # struct uls_seg_both: the client's offer word
+HDR_END = BOTH_OFF + 64               # sizeof(struct uls_seg_hdr)
 PATCH_INO, PATCH_COOKIE = 1, 2
 COOKIE = 0x1122334455667788
 U64 = (1 << 64) - 1
@@ -310,7 +312,7 @@ def c_tcp(n, tokens=False, data=False):
 
 def seg_header(c2s=RING_MIN, s2c=RING_MIN, server=None, **client):
     """A whole header page: identity, the client's side with the given words, the
-    server's side (zero unless given), ring positions zero."""
+    server's side (zero unless given), ring positions zero, the offer counted."""
     img = bytearray(HDR)
     img[:IDENT_SIZE] = ident(c2s, s2c)
     for name, value in client.items():
@@ -318,6 +320,7 @@ def seg_header(c2s=RING_MIN, s2c=RING_MIN, server=None, **client):
                          img, SIDE_CLIENT + SIDE[name], value)
     if server:
         img[SIDE_SERVER:SIDE_SERVER + len(server)] = server
+    struct.pack_into("<I", img, BOTH_OFF, 1)  # its offer, counted on the board
     return bytes(img)
 
 
@@ -407,7 +410,7 @@ def close_revert_seed(lines, ops=b"", c2s_log=0, s2c_log=0, pre=0):
 
 
 def close_revert_seeds():
-    lines = seg_header()[IDENT_SIZE:1024]
+    lines = seg_header()[IDENT_SIZE:HDR_END]
     wrapped = bytearray(lines)
     # Ring positions near the u64 wrap: C2S (head, tail), S2C (head, tail).
     for base, head, tail in ((RINGS_OFF, U64 - 99, U64 - 99), (RINGS_OFF + RING_HDR, U64, U64)):

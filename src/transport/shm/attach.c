@@ -97,15 +97,25 @@ static enum uls_tp_answer shm_connect(struct uls_conn *c, int fd, const struct s
 	bind_role(c, ULS_CLIENT);
 	count_first(s);
 	atomic_store(&s->me->cookie, s->seg.hdr->id.client_cookie);
+	atomic_store(&s->seg.hdr->both.offer, 1);
 	uls_offer_made(dst);
-	atomic_store(&s->offer_open, 1);
 	return ULS_TP_TAKEN;
+}
+
+/*
+ * The client's offer is answered: the one of its server's and its own processes that
+ * exchanges the segment's word first takes it off the client's board, once (a server
+ * between finding the segment and attaching, a client that settles meanwhile: one).
+ */
+static void offer_answered(struct uls_shm_conn *s, const struct sockaddr *port)
+{
+	if (s->seg.hdr && atomic_exchange(&s->seg.hdr->both.offer, 0))
+		uls_offer_done(port);
 }
 
 static void shm_connect_failed(struct uls_conn *c)
 {
-	if (atomic_exchange(&shm_of(c)->offer_open, 0))
-		uls_offer_done((struct sockaddr *)&c->peer_sa);
+	offer_answered(shm_of(c), (struct sockaddr *)&c->peer_sa);
 	uls_seg_remove(&shm_of(c)->seg);
 }
 
@@ -165,7 +175,9 @@ static enum uls_tp_answer shm_accept(struct uls_conn *c, int fd, char *why, size
 		snprintf(why, wlen, "peer segment rejected: %s", strerror(-err));
 		return ULS_TP_DECLINED;
 	}
-	uls_offer_done(self);
+	/* Its board is this user's only where the client is this user (offers.h). */
+	if (id.uid == uls_uid())
+		offer_answered(s, self);
 	/*
 	 * The client made the file, server's side included: this side starts it afresh, so
 	 * that nothing a client left there (a lock word held, a revert flag) stalls or
@@ -235,13 +247,9 @@ static void shm_settled(struct uls_conn *c)
 	/*
 	 * A server that never attached never took the offer back (a server without ulsock,
 	 * or one that declined): the client does, or the slot would make every server of its
-	 * ports look for 10 s. Once only, whichever thread settles first. A server between
-	 * taking it and attaching (a close that settles meanwhile) makes it two: a count too
-	 * low may hide another client's offer, whose connection then stays on kernel TCP.
+	 * ports look for 10 s.
 	 */
-	if (atomic_exchange(&s->offer_open, 0) &&
-	    !(atomic_load(&s->peer->state) & ULS_SIDE_ATTACHED))
-		uls_offer_done((struct sockaddr *)&c->peer_sa);
+	offer_answered(s, (struct sockaddr *)&c->peer_sa);
 	/* A client whose peer will never attach has no use for its segment's name. */
 	uls_seg_remove(&s->seg);
 }
@@ -401,6 +409,9 @@ static void shm_closing(struct uls_conn *c, int fd)
 			uls_conn_never_attached(c, fd, "peer never attached (not running ulsock?)");
 		}
 	}
+	/* A server of another user attached without taking the offer off this user's board. */
+	if (c->role == ULS_CLIENT && atomic_load(&c->path) == ULS_PATH_SHM)
+		offer_answered(shm_of(c), (struct sockaddr *)&c->peer_sa);
 }
 
 static int shm_forked(struct uls_conn *c)
@@ -519,9 +530,7 @@ static void exit_conn(struct uls_conn *c, void *arg)
 	 */
 	if (c->role == ULS_CLIENT && s->seg.hdr && !atomic_load(&c->shared) &&
 	    !atomic_load(&s->me->multi)) {
-		if (atomic_exchange(&s->offer_open, 0) &&
-		    !(atomic_load(&s->peer->state) & ULS_SIDE_ATTACHED))
-			uls_offer_done((struct sockaddr *)&c->peer_sa);
+		offer_answered(s, (struct sockaddr *)&c->peer_sa);
 		uls_seg_remove(&s->seg);
 	}
 	if (!s->counted)

@@ -69,7 +69,7 @@ struct uls_ring_shared {
 };
 
 #define ULS_SEG_MAGIC 0x0031474553534c55ULL /* "ULSSEG1" */
-#define ULS_SEG_VERSION 4u
+#define ULS_SEG_VERSION 5u
 #define ULS_SEG_HDR_SIZE 4096u
 
 enum { ULS_SIDE_CLIENT = 0, ULS_SIDE_SERVER = 1 }; /* side[] by role (core/conn.h) */
@@ -137,10 +137,23 @@ struct uls_side {
 	uint8_t pad3[ULS_CACHELINE - 52];
 };
 
+/*
+ * Written by both sides: each word is a task that one of them does, once; whoever
+ * exchanges it for 0 first does it.
+ */
+struct uls_seg_both {
+	/* 1: the client's offer is counted on its user's board (offers.h) and nobody has
+	 * taken it back yet: the server that finds the segment, or the client that learns
+	 * the server never will. Read as a hint: a wrong value moves a count on the board. */
+	_Alignas(ULS_CACHELINE) _Atomic uint32_t offer;
+	uint8_t pad[ULS_CACHELINE - 4];
+};
+
 struct uls_seg_hdr {
 	struct uls_seg_ident id;
 	struct uls_side side[2];           /* [ULS_SIDE_CLIENT], [ULS_SIDE_SERVER] */
 	struct uls_ring_shared ring[2];    /* [ULS_C2S], [ULS_S2C] */
+	struct uls_seg_both both;
 };
 
 /* ---- the layout, pinned ---- */
@@ -205,13 +218,17 @@ ULS_ABI_AT(struct uls_side, revert_ring_end, 160);
 ULS_ABI_AT(struct uls_side, revert_tcp_pos, 168);
 ULS_ABI_AT(struct uls_side, rx_back, 176);
 
-_Static_assert(sizeof(struct uls_seg_hdr) == 1024, "segment header");
+_Static_assert(sizeof(struct uls_seg_both) == ULS_CACHELINE, "both sides' line");
+ULS_ABI_AT(struct uls_seg_both, offer, 0);
+
+_Static_assert(sizeof(struct uls_seg_hdr) == 1088, "segment header");
 _Static_assert(sizeof(struct uls_seg_hdr) <= ULS_SEG_HDR_SIZE, "header fits its page");
 ULS_ABI_AT(struct uls_seg_hdr, id, 0);
 ULS_ABI_AT(struct uls_seg_hdr, side[ULS_SIDE_CLIENT], 128);
 ULS_ABI_AT(struct uls_seg_hdr, side[ULS_SIDE_SERVER], 320);
 ULS_ABI_AT(struct uls_seg_hdr, ring[ULS_C2S], 512);
 ULS_ABI_AT(struct uls_seg_hdr, ring[ULS_S2C], 768);
+ULS_ABI_AT(struct uls_seg_hdr, both, 1024);
 
 #undef ULS_ABI_AT
 

@@ -38,8 +38,6 @@ struct uls_shm_conn {
 	/* This process is one of the side's counted holders (side.refs): the one that made or
 	 * attached the side, and its fork children (attach.c, shm_forked). */
 	uint8_t counted;
-	/* A client's offer on the board that its server has not answered yet (offers.h). */
-	_Atomic uint8_t offer_open;
 	struct uls_seg seg;
 	struct uls_ring *tx, *rx;
 	struct uls_side *me, *peer;
