@@ -36,6 +36,7 @@ PACKAGES=(
 	sockperf iperf3 redis-server redis-tools qperf libfabric-bin
 	nginx-light wrk apache2-utils memcached libmemcached-tools haproxy postgresql
 	openssh-server openssh-client openjdk-17-jdk-headless caddy curl nodejs
+	mariadb-server mariadb-client
 	# Process and socket inspection used by the tests; nftables for the NAT between
 	# namespace hosts in the fabric tests (its service stays disabled: no rules load).
 	iproute2 procps psmisc nftables
@@ -44,7 +45,7 @@ PACKAGES=(
 # System services that the packages above start when installed. Tests start their own
 # instances on ports they pick; a system instance only holds well-known ports (80, 22,
 # 5432, ...) and confuses people reading `ss` output.
-SERVICES=(redis-server nginx memcached haproxy postgresql caddy)
+SERVICES=(redis-server nginx memcached haproxy postgresql caddy mariadb)
 # sshd is stopped only on a machine where this script installed it: on a machine that had
 # it before, it may be how the person running this script is logged in.
 SSH_SERVICE=ssh

@@ -48,6 +48,13 @@ def free_port():
 SERVER_TIMEOUT = 15  # seconds for a server to start listening
 
 
+def last_kv(text, word):
+    """The key=value pairs of TEXT's last line that starts with WORD and a space."""
+    lines = [ln for ln in text.splitlines() if ln.startswith(word + " ")]
+    assert lines, "no %s line in:\n%s" % (word, text[-3000:])
+    return dict(tok.split("=", 1) for tok in lines[-1].split()[1:] if "=" in tok)
+
+
 def require(program):
     """Skips the test when a real program it needs is not installed."""
     path = shutil.which(program)

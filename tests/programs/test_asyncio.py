@@ -15,7 +15,7 @@ import os
 import pytest
 
 from modes import assert_pair_paths
-from proglib import free_port
+from proglib import free_port, last_kv
 
 PYTHON = "/usr/bin/python3"
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "asyncio_frames.py")
@@ -27,16 +27,6 @@ LAYOUTS = {
     "server_ulsock": (True, False),
     "client_ulsock": (False, True),
 }
-
-
-def kv(line):
-    return dict(tok.split("=", 1) for tok in line.split()[1:] if "=" in tok)
-
-
-def last_line(text, word):
-    lines = [ln for ln in text.splitlines() if ln.startswith(word + " ")]
-    assert lines, "no %s line in:\n%s" % (word, text[-3000:])
-    return kv(lines[-1])
 
 
 def run_pair(harness, make_end, layout, conns, requests, file_path=None, file_requests=0):
@@ -55,14 +45,14 @@ def run_pair(harness, make_end, layout, conns, requests, file_path=None, file_re
                           timeout=90)
     text = out.decode("utf-8", "replace")
     assert rc == 0, "client exited %s:\n%s" % (rc, text[-3000:])
-    got = last_line(text, "OK")
+    got = last_kv(text, "OK")
     assert got["failed"] == "0" and got["conns"] == str(conns), text[-3000:]
     assert got["requests"] == str(conns * (requests + file_requests)), text[-3000:]
     # The server exits by itself once every connection ended.
     src = server.wait(30)
     stext = server.text()
     assert src == 0, "server exited %s:\n%s" % (src, stext[-3000:])
-    served = last_line(stext, "SERVED")
+    served = last_kv(stext, "SERVED")
     assert served["errors"] == "0" and served["conns"] == str(conns), stext[-3000:]
     assert served["requests"] == got["requests"], (served, got)
     # Byte counts agree end to end: what one side sent, the other received.

@@ -17,7 +17,7 @@ import shutil
 import pytest
 
 from modes import assert_pair_paths
-from proglib import free_port
+from proglib import free_port, last_kv
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node_frames.js")
 CONNS, REQUESTS = 20, 8
@@ -29,12 +29,6 @@ LAYOUTS = {
     "server_ulsock": (True, False),
     "client_ulsock": (False, True),
 }
-
-
-def kv(text, word):
-    lines = [ln for ln in text.splitlines() if ln.startswith(word + " ")]
-    assert lines, "no %s line in:\n%s" % (word, text[-3000:])
-    return dict(tok.split("=", 1) for tok in lines[-1].split()[1:] if "=" in tok)
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
@@ -51,13 +45,13 @@ def test_frames(harness, make_end, layout):
                                        str(REQUESTS), "1125"], timeout=90)
     text = out.decode("utf-8", "replace")
     assert rc == 0, "client exited %s:\n%s" % (rc, text[-3000:])
-    got = kv(text, "OK")
+    got = last_kv(text, "OK")
     assert got["failed"] == "0" and got["conns"] == str(CONNS), text[-3000:]
     assert got["requests"] == str(CONNS * REQUESTS), text[-3000:]
     src = server.wait(30)
     stext = server.text()
     assert src == 0, "server exited %s:\n%s" % (src, stext[-3000:])
-    served = kv(stext, "SERVED")
+    served = last_kv(stext, "SERVED")
     assert served["errors"] == "0" and served["conns"] == str(CONNS), stext[-3000:]
     assert served["requests"] == got["requests"], (served, got)
     assert (served["rx"], served["tx"]) == (got["tx"], got["rx"]), (served, got)
