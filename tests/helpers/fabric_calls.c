@@ -10,9 +10,12 @@
  * posts that order the two halves of a case, and is the kernel descriptor of the mixed
  * readiness sets. Every wait is bounded (10 s, and the 30 s watchdog of calls_common.h).
  *
- * Before the case both sides greet on the data connection, then wait 300 ms in poll() on
- * it (asking for no event) so that the fabric handshake ends and both directions switch
- * before the case's first byte, then greet once more. Each half of a case exits 0 only if
+ * Before the case both sides greet on the data connection, then wait in poll() on it
+ * (asking for no event: the library's progress runs there) so that the fabric handshake
+ * ends before the case's first byte, then greet once more. The wait lasts 300 ms, or with
+ * --go-stdin until a line comes on standard input (after "GREETED" on standard output):
+ * the test sends it once `ulsock stat` shows both ends on the fabric, so that no busy
+ * machine can make the handshake outlast the wait. Each half of a case exits 0 only if
  * every check passed; the first failing check prints what and why and exits 1. Output:
  * "READY port=P" (server, once listening), "calls: PASS CASE".
  */
@@ -1067,7 +1070,7 @@ static int connect_to(const char *addr, int port)
 static void usage(void)
 {
 	dprintf(2, "usage: fabric_calls CASE|list --role server|client --addr A --port P "
-		   "--ctl-port Q\n");
+		   "--ctl-port Q [--go-stdin 1]\n");
 	exit(2);
 }
 
@@ -1077,7 +1080,7 @@ int main(int argc, char **argv)
 	int port = 0, ctl_port = 0;
 	const struct fc_case *k;
 	struct fc c = {.fd = -1, .ctl = -1};
-	struct pollfd settle;
+	int go_stdin = 0;
 
 	if (argc < 2)
 		usage();
@@ -1095,6 +1098,8 @@ int main(int argc, char **argv)
 			port = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--ctl-port"))
 			ctl_port = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--go-stdin"))
+			go_stdin = atoi(argv[i + 1]);
 		else
 			usage();
 	}
@@ -1122,8 +1127,18 @@ int main(int argc, char **argv)
 	calls_greet(c.ctl);
 	calls_greet(c.fd);
 	/* The handshake ends in the library's progress, which a poll() on the connection runs. */
-	settle = (struct pollfd){.fd = c.fd, .events = 0};
-	CHECK(poll(&settle, 1, 300) >= 0);
+	if (go_stdin) {
+		struct pollfd p[2] = {{.fd = c.fd, .events = 0}, {.fd = 0, .events = POLLIN}};
+		char line[16];
+		dprintf(1, "GREETED\n");
+		do /* bounded by the watchdog */
+			CHECK(poll(p, 2, 100) >= 0);
+		while (!(p[1].revents & (POLLIN | POLLHUP)));
+		CHECK(read(0, line, sizeof(line)) > 0);
+	} else {
+		struct pollfd settle = {.fd = c.fd, .events = 0};
+		CHECK(poll(&settle, 1, 300) >= 0);
+	}
 	calls_greet(c.fd);
 	(c.server ? k->server : k->client)(&c);
 	/* Both halves done before either closes what is left: the client says so first, so

@@ -26,6 +26,7 @@ import os
 import random
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -80,15 +81,37 @@ def check_split(proc, port, local):
     return counts[0]
 
 
+def await_fabric(uls, procs, port, timeout=20):
+    """Waits until `ulsock stat` shows each of PROCS with its connection on PORT on the
+    fabric: the handshake has ended at both ends. Gives up quietly after TIMEOUT (the
+    checks that follow then say what went wrong)."""
+    deadline = time.monotonic() + timeout
+    want = {p.pid for p in procs}
+    while time.monotonic() < deadline:
+        done = {e["pid"] for e in uls.stat() if e["path"] == "fabric" and
+                any(e[k].endswith(":%d" % port) for k in ("local", "peer"))}
+        if want <= done:
+            return
+        time.sleep(0.05)
+
+
 def run_pair(hosts, case, timeout=30):
     """Runs CASE's server half in the server's namespace and its client half in the
-    client's; both must pass.  Returns (server, client) Procs."""
+    client's; both must pass.  Between the greetings, both wait until the handshake has
+    ended at both ends.  Returns (server, client) Procs."""
     helper = hosts.uls.helper("fabric_calls")
-    common = ["--addr", hosts.saddr, "--port", str(hosts.port), "--ctl-port", str(hosts.ctl)]
+    common = ["--addr", hosts.saddr, "--port", str(hosts.port), "--ctl-port", str(hosts.ctl),
+              "--go-stdin", "1"]
     server = hosts.uls.start([helper, case, "--role", "server", *common], name="server",
-                             env=hosts.env, wrap=hosts.s.prefix, ready=r"READY port=")
+                             env=hosts.env, wrap=hosts.s.prefix, ready=r"READY port=",
+                             stdin=True)
     client = hosts.uls.start([helper, case, "--role", "client", *common], name="client",
-                             env=hosts.env, wrap=hosts.c.prefix)
+                             env=hosts.env, wrap=hosts.c.prefix, stdin=True)
+    for p in (server, client):
+        p.wait_for(r"^GREETED$")
+    await_fabric(hosts.uls, (server, client), hosts.port)
+    for p in (server, client):
+        p.send_line()
     client.wait(timeout=timeout)
     server.wait(timeout=timeout)
     for p in (server, client):
