@@ -36,7 +36,7 @@ PACKAGES=(
 	sockperf iperf3 redis-server redis-tools qperf libfabric-bin
 	nginx-light wrk apache2-utils memcached libmemcached-tools haproxy postgresql
 	openssh-server openssh-client openjdk-17-jdk-headless caddy curl nodejs
-	mariadb-server mariadb-client
+	mariadb-server mariadb-client sysbench
 	# Process and socket inspection used by the tests; nftables for the NAT between
 	# namespace hosts in the fabric tests (its service stays disabled: no rules load).
 	iproute2 procps psmisc nftables
