@@ -247,10 +247,12 @@ int uls_conn_send_token_locked(struct uls_conn *c, int fd)
 	/*
 	 * Nagle holds back a small segment only while earlier bytes are unacknowledged. An
 	 * attached server puts nothing but wake-ups on TCP (its data there starts with a
-	 * revert, after its last wake-up), so its first wake-up goes out at once: a short
+	 * revert, after its last wake-up), and a client that sent no data before its switch
+	 * put nothing there either, so the first wake-up of either goes out at once: a short
 	 * connection saves the two system calls of TCP_NODELAY. Later ones need it.
 	 */
-	if (c->role != ULS_SERVER || atomic_load_explicit(&s->me->tokens_sent, memory_order_relaxed))
+	if (atomic_load_explicit(&s->me->tokens_sent, memory_order_relaxed) ||
+	    (c->role == ULS_CLIENT && atomic_load(&s->me->tcp_data)))
 		uls_conn_nodelay(c, fd);
 	if (uls_libc.send(uls_conn_fd(c, fd), &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1)
 		return 0;
