@@ -146,6 +146,8 @@ int fzc_open(struct fzc *f, uint64_t c2s, uint64_t s2c)
 	f->c = uls_conn_connect_prepare(f->cfd, (struct sockaddr *)&fuzz_listen_addr,
 					sizeof(fuzz_listen_addr), &hints);
 	FUZZ_ASSERT(f->c != NULL);
+	/* A harness whose connections the client keeps on kernel TCP plays nothing. */
+	FUZZ_ASSERT(!f->c->short_kept);
 	err = connect(f->cfd, (struct sockaddr *)&fuzz_listen_addr, sizeof(fuzz_listen_addr)) < 0 ? errno : 0;
 	if (err == EINTR && fuzz_connected(f->cfd))
 		err = 0;
