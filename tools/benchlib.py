@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "pylib"))
@@ -66,6 +67,25 @@ def wait_listening(port, proc, timeout=10.0):
                          % (prog_name(proc.argv), proc.returncode, proc.output_tail()))
     if state == "timeout":
         raise BenchError("server not listening on port %d after %.0f s" % (port, timeout))
+
+
+def start_ready(argv, env, port, phrase, timeout):
+    """Starts a server that listens before it takes sessions (a database) and waits, up
+    to TIMEOUT seconds each, until it listens on PORT and its output says PHRASE."""
+    p = Proc(argv, env)
+    try:
+        wait_listening(port, p, timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while phrase not in p.output():
+            if p.poll() is not None or time.monotonic() > deadline:
+                raise BenchError("%s did not become ready:\n%s"
+                                 % (prog_name(argv), p.output_tail()))
+            time.sleep(0.02)
+    except BaseException:
+        p.stop()
+        p.out.close()
+        raise
+    return p
 
 
 class Proc(procs.GroupProc):

@@ -20,7 +20,6 @@ import os
 import pwd
 import shutil
 import tempfile
-import time
 
 import benchlib
 from benchlib import BenchError
@@ -51,22 +50,9 @@ def _sysbench_argv(port, verb, extra=()):
             list(extra) + [verb])
 
 
-def _start(argv):
+def _start(argv, port):
     """Starts mariadbd and waits until it says it takes sessions (it listens earlier)."""
-    port = int(next(a for a in argv if a.startswith("--port=")).split("=")[1])
-    p = benchlib.Proc(argv, clean_env())
-    try:
-        benchlib.wait_listening(port, p, timeout=60)
-        deadline = time.monotonic() + 60
-        while "ready for connections" not in p.output():
-            if p.poll() is not None or time.monotonic() > deadline:
-                raise BenchError("mariadbd did not become ready:\n%s" % p.output_tail())
-            time.sleep(0.02)
-    except BaseException:
-        p.stop()
-        p.out.close()
-        raise
-    return p
+    return benchlib.start_ready(argv, clean_env(), port, "ready for connections", 60)
 
 
 def _stop(p):
@@ -87,7 +73,7 @@ def _setup():
                   "--skip-test-db"], clean_env(), 180)
     d = dict(top=top, data=data)
     port = benchlib.free_port()
-    p = _start(_server_argv(d, port))
+    p = _start(_server_argv(d, port), port)
     try:
         benchlib.run(["mariadb", "--no-defaults", "--protocol=tcp", "-h", "127.0.0.1",
                       "-P", str(port), "-u", "root", "-e", "CREATE DATABASE sbtest"],
@@ -109,7 +95,7 @@ def point_select(threads):
                                                        "--time=%d" % secs]))
         record(server)
         record(client)
-        p = _start(server)
+        p = _start(server, port)
         try:
             out = benchlib.run(client, sub.env(), secs + 60)
         finally:

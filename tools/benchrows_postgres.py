@@ -21,7 +21,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 
 import benchlib
 from benchlib import BenchError
@@ -58,19 +57,7 @@ def _start(argv, home, port):
     """Starts the postmaster and waits until it says it is ready: it listens while it is
     still starting up, and refuses sessions then ("the database system is starting up",
     bench.smoke once on a loaded machine)."""
-    p = benchlib.Proc(argv, _env(home))
-    try:
-        benchlib.wait_listening(port, p, timeout=30)
-        deadline = time.monotonic() + 30
-        while "ready to accept connections" not in p.output():
-            if p.poll() is not None or time.monotonic() > deadline:
-                raise BenchError("postgres did not become ready:\n%s" % p.output_tail())
-            time.sleep(0.02)
-    except BaseException:
-        p.stop()
-        p.out.close()
-        raise
-    return p
+    return benchlib.start_ready(argv, _env(home), port, "ready to accept connections", 30)
 
 
 def _stop(p):

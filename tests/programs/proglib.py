@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -193,9 +194,10 @@ class Harness:
         self.count += 1
         return self.tmp / ("%02d-%s.out" % (self.count, tag))
 
-    def start_server(self, end, argv, port, tag="server"):
+    def start_server(self, end, argv, port, tag="server", ready=None, ready_timeout=60):
         """Starts argv as end and waits until port listens (read from /proc, so no probe
-        connection disturbs one-shot servers such as iperf3 -1)."""
+        connection disturbs one-shot servers such as iperf3 -1); with READY, also until
+        its output says that phrase (a database listens before it takes sessions)."""
         p = Proc(end.wrap(argv), end.env(), self._out(tag))
         self.procs.append(p)
         state = net.wait_listening([port], lambda: not p.alive, SERVER_TIMEOUT)
@@ -205,6 +207,11 @@ class Harness:
         if state == "timeout":
             pytest.fail("server %s not listening on %d after %d s:\n%s"
                         % (argv[0], port, SERVER_TIMEOUT, p.text()[-3000:]))
+        deadline = time.monotonic() + ready_timeout
+        while ready is not None and ready not in p.text():
+            assert p.alive and time.monotonic() < deadline, \
+                "%s did not become ready:\n%s" % (argv[0], p.text()[-3000:])
+            time.sleep(0.02)
         return p
 
     def run(self, end, argv, timeout=60, stdin_data=None, tag="client"):

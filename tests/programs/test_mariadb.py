@@ -25,7 +25,6 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
 
 import pytest
 
@@ -98,13 +97,9 @@ class Server:
                 "--innodb-buffer-pool-size=32M", "--innodb-log-file-size=16M",
                 "--innodb-flush-log-at-trx-commit=0", "--max-allowed-packet=64M",
                 "--innodb-use-native-aio=%d" % (1 if native_aio else 0)]
-        self.proc = harness.start_server(end, argv, self.port, tag="mariadbd")
         # It listens before it takes sessions: wait for its own word.
-        deadline = time.monotonic() + 60
-        while "ready for connections" not in self.proc.text():
-            assert self.proc.alive and time.monotonic() < deadline, \
-                "mariadbd did not become ready:\n%s" % self.proc.text()[-3000:]
-            time.sleep(0.02)
+        self.proc = harness.start_server(end, argv, self.port, tag="mariadbd",
+                                         ready="ready for connections")
 
     def client(self, end, sql=None, args=(), stdin_data=None, timeout=120, ok=True):
         """Runs the mariadb client as end; returns its output (bytes)."""

@@ -171,14 +171,11 @@ class Cluster:
                 "-p", str(self.port)]
         for s in SERVER_SETTINGS:
             argv += ["-c", s]
-        self.server = self.harness.start_server(end, argv, self.port, tag="postgres")
         # It listens while still starting up, and refuses sessions until it says it is
         # ready ("the database system is starting up": the bench's pgbench met it once).
-        deadline = time.monotonic() + 30
-        while "ready to accept connections" not in self.server.text():
-            assert self.server.alive and time.monotonic() < deadline, \
-                "postgres did not become ready:\n%s" % self.server.text()[-3000:]
-            time.sleep(0.02)
+        self.server = self.harness.start_server(end, argv, self.port, tag="postgres",
+                                                ready="ready to accept connections",
+                                                ready_timeout=30)
 
     def stop(self):
         """Fast shutdown (SIGINT to the postmaster); returns its exit status and log."""
