@@ -38,6 +38,7 @@ struct fab_op {
 	uint8_t cls;    /* a receive's class */
 	uint8_t posted;
 	uint8_t untagged; /* a send to connection slots posted untagged (9.2) */
+	uint8_t counted;  /* a send whose completion the close waits for: never injected */
 	uint32_t len;   /* a send's */
 	uint64_t since; /* a deferred send's first try (ns) */
 	uint64_t tag;   /* a send's connection (its own tag), 0 for handshakes */
@@ -423,7 +424,9 @@ static struct fab_op *tx_op(struct uls_fab_pool *pool, uint8_t **slot)
 	if (!s)
 		return NULL;
 	*slot = s;
-	return &fab.ops[(pool == &fab.txb ? fab.txb_base : fab.tx_base) + idx];
+	struct fab_op *op = &fab.ops[(pool == &fab.txb ? fab.txb_base : fab.tx_base) + idx];
+	op->counted = 0;
+	return op;
 }
 
 uint32_t fab_slot_size(void)
@@ -464,7 +467,7 @@ static ssize_t tsend(struct fab_op *op)
 {
 	void *slot = uls_fab_slot(op->pool, op->idx);
 
-	if (op->len <= fab.ep.inject_size) {
+	if (op->len <= fab.ep.inject_size && !op->counted) {
 		ssize_t r = uls_fab_ep_inject(&fab.ep, slot, op->len, op->dest, !op->untagged,
 					      op->cls);
 		return r == 0 ? 1 : r;
@@ -525,6 +528,7 @@ static int post_tx(struct fab_op *op, struct fab_conn *f, fi_addr_t dest, uint32
 	op->dest = dest;
 	op->cls = (uint8_t)cls;
 	op->untagged = f && cls == FAB_CLASS_CONN && f->peer_untagged;
+	op->counted = op->counted && f;
 	op->len = (uint32_t)len;
 	flush_deferred();
 	if (!dest_waits(dest, def_n))
@@ -581,6 +585,15 @@ static int conn_post(struct fab_conn *f, struct fab_op *op, uint8_t *slot, int t
 	uint32_t cls = op->pool == &fab.txb ? FAB_CLASS_BULK : FAB_CLASS_CONN;
 
 	uls_fab_hdr_pack(&h, slot);
+	/*
+	 * A FIN is never injected: an injected message counts as sent at once, but the
+	 * provider may still hold it queued behind earlier sends (tcp: a socket that was
+	 * full). A close that then ended TCP and a process that then exited lost it, and the
+	 * peer, which had every byte, read ECONNRESET instead of the end (9.8; seen once in
+	 * CI, test_exit_without_close[exit-tcp;ofi_rxm]). Posted, its completion is what the
+	 * close and the exit wait for (tx_flight).
+	 */
+	op->counted = type == ULS_FAB_FIN;
 	int r = post_tx(op, f, f->peer, cls, FAB_HDR + plen, may_defer);
 
 	if (r == 0)
