@@ -528,7 +528,6 @@ static int post_tx(struct fab_op *op, struct fab_conn *f, fi_addr_t dest, uint32
 	op->dest = dest;
 	op->cls = (uint8_t)cls;
 	op->untagged = f && cls == FAB_CLASS_CONN && f->peer_untagged;
-	op->counted = op->counted && f;
 	op->len = (uint32_t)len;
 	flush_deferred();
 	if (!dest_waits(dest, def_n))
