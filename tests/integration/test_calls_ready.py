@@ -33,6 +33,8 @@ CASES = {
                      "returns 5; SO_RCVTIMEO ends the wait with 5; EOF with 3 is readable",
     "rcvlowat_big": "SO_RCVLOWAT 1.5 MiB, above the ring's size: the peer's 1.5 MiB make poll, "
                     "select and epoll report readable, every byte in order",
+    "rcvlowat_short_read": "SO_RCVLOWAT 512 KiB, recv(4096) asleep before 128 KiB arrive: returns "
+                           "4096 bytes in order (Linux at its 1 s SO_RCVTIMEO, ulsock at once)",
     "lowat_opts": "SO_RCVLOWAT default 1, 0 stores 1; SO_SNDLOWAT reads 1, set fails ENOPROTOOPT",
     "send_after_close": "peer closed (FIN): first send accepted whole; after the RST POLLERR|"
                         "POLLHUP, recv 0, send EPIPE (SIGPIPE unless MSG_NOSIGNAL)",
