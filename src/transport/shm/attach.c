@@ -270,21 +270,23 @@ static int socket_gone(const struct sockaddr_storage *self, const struct sockadd
 }
 
 /*
- * After this process's close of a socket that others may hold: is it closed in every
- * process? A close ends the socket only where no other reference to its file exists at
- * that moment, and a process that reads /proc/<pid>/fd (lsof, ss -p, a monitoring agent)
- * holds one for the length of its call: the socket then ends in that call, microseconds
- * later. So an answer that the socket still lives is asked again, twice, after a yield;
- * a holder that keeps it (a fork child, a process it was passed to) answers the same
- * three times. (A loop of readlink over every /proc/<pid>/fd/<n> beside fuzz_close_revert
- * made about one close in 1,200 leave its peer untold, its side never CLOSED.)
+ * socket_gone, for a socket whose last known holder just closed it or died: is it closed
+ * in every process? A close ends the socket only where no other reference to its file
+ * exists at that moment, and a process that reads /proc/<pid>/fd (lsof, ss -p, a
+ * monitoring agent) holds one for the length of its call: the socket then ends in that
+ * call, microseconds later. So an answer that the socket still lives is asked again,
+ * twice, after a yield; a holder that keeps it (a fork child, a process it was passed to)
+ * answers the same three times. (A loop of readlink over every /proc/<pid>/fd/<n> beside
+ * fuzz_close_revert made about one close in 1,200 leave its peer untold, its side never
+ * CLOSED.)
  */
-static int closed_everywhere(struct uls_conn *c, uint64_t cookie)
+static int gone_everywhere(const struct sockaddr_storage *self,
+			   const struct sockaddr_storage *other, uint64_t cookie)
 {
 	for (int i = 0; i < 3; i++) {
 		if (i)
 			sched_yield();
-		if (socket_gone(&c->local_sa, &c->peer_sa, cookie))
+		if (socket_gone(self, other, cookie))
 			return 1;
 	}
 	return 0;
@@ -332,7 +334,7 @@ static void release_shared(struct uls_conn *c)
 	 */
 	if (c->role == ULS_CLIENT || (peer_state & ULS_SIDE_CLOSED) ||
 	    atomic_load(&c->peer_gone) ||
-	    (!peer_pid_alive(c) && socket_gone(&c->peer_sa, &c->local_sa, 0)))
+	    (!peer_pid_alive(c) && gone_everywhere(&c->peer_sa, &c->local_sa, 0)))
 		uls_seg_remove(&s->seg);
 }
 
@@ -485,7 +487,7 @@ static int shm_close(struct uls_conn *c, int fd)
 		release_shared(c);
 	int rc = uls_libc.close(fd), err = errno;
 	count_gone(shm_of(c));
-	if (!alone && closed_everywhere(c, cookie))
+	if (!alone && gone_everywhere(&c->local_sa, &c->peer_sa, cookie))
 		release_shared(c);
 	errno = err;
 	return rc;
