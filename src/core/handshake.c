@@ -12,7 +12,6 @@
 #include <linux/unix_diag.h>
 #include <netinet/in.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -20,7 +19,6 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "../os/cpu.h"
 #include "../os/ownfd.h"
 #include "../os/libc.h"
 
@@ -64,7 +62,7 @@ static void fill_id(struct inet_diag_sockid *id, int family, const struct sockad
 	id->idiag_cookie[1] = INET_DIAG_NOCOOKIE;
 }
 
-static int diag_query(int fd, int family, const struct sockaddr *self,
+static int diag_query(int fd, uint32_t seq, int family, const struct sockaddr *self,
 		      const struct sockaddr *other, struct uls_sockid *out)
 {
 	struct {
@@ -76,7 +74,6 @@ static int diag_query(int fd, int family, const struct sockaddr *self,
 		char buf[1024];
 	} rep;
 	struct sockaddr_nl nl = {.nl_family = AF_NETLINK};
-	uint32_t seq = ++diag_seq;
 	ssize_t n;
 
 	memset(&msg, 0, sizeof(msg));
@@ -127,51 +124,55 @@ static void unmap_v4(const struct sockaddr *sa, struct sockaddr_in *out)
 	memcpy(&out->sin_addr, &s6->sin6_addr.s6_addr[12], 4);
 }
 
-static int lookup_locked(const struct sockaddr *self, const struct sockaddr *other,
-			 struct uls_sockid *out)
+/* The lookup on netlink socket fd; seq numbers its first query, seq + 1 its second. */
+static int lookup_on(int fd, uint32_t seq, const struct sockaddr *self,
+		     const struct sockaddr *other, struct uls_sockid *out)
 {
 	struct sockaddr_in s4, o4;
-	int err = -EAFNOSUPPORT, fd = diag_socket();
+	int err = -EAFNOSUPPORT;
 
-	if (fd < 0)
-		return -errno;
 	if (is_v4mapped(self) && is_v4mapped(other)) {
 		/* A dual-stack listener's peer is an IPv4 socket (or a v4-mapped IPv6 one). */
 		unmap_v4(self, &s4);
 		unmap_v4(other, &o4);
-		err = diag_query(fd, AF_INET, (struct sockaddr *)&s4, (struct sockaddr *)&o4, out);
+		err = diag_query(fd, seq, AF_INET, (struct sockaddr *)&s4, (struct sockaddr *)&o4,
+				 out);
 		if (err == -ENOENT)
-			err = diag_query(fd, AF_INET6, self, other, out);
+			err = diag_query(fd, seq + 1, AF_INET6, self, other, out);
 	} else if (self->sa_family == AF_INET || self->sa_family == AF_INET6) {
-		err = diag_query(fd, self->sa_family, self, other, out);
+		err = diag_query(fd, seq, self->sa_family, self, other, out);
 	}
 	return err;
 }
 
+/*
+ * The process's netlink socket serves one query at a time. A lookup never waits for it:
+ * the holder may be another thread, or the very code that a signal handler interrupted
+ * (close() is async-signal-safe, and a close asks the kernel), which would wait for good.
+ * Then the lookup opens a socket of its own for this one query: a socket and a close more,
+ * a few microseconds.
+ */
 int uls_diag_lookup(const struct sockaddr *self, const struct sockaddr *other,
 		    struct uls_sockid *out)
 {
-	pthread_mutex_lock(&diag_mu);
-	int err = lookup_locked(self, other, out);
-	pthread_mutex_unlock(&diag_mu);
-	return err;
-}
+	int err, fd;
 
-/* A query takes tens of microseconds: another thread's is over long before this. */
-#define DIAG_TRY_NS 2000000u
-
-int uls_diag_lookup_try(const struct sockaddr *self, const struct sockaddr *other,
-			struct uls_sockid *out)
-{
-	uint64_t until = uls_now_ns() + DIAG_TRY_NS;
-
-	while (pthread_mutex_trylock(&diag_mu) != 0) {
-		if (uls_now_ns() > until)
-			return -EBUSY;
-		sched_yield();
+	if (pthread_mutex_trylock(&diag_mu) == 0) {
+		fd = diag_socket();
+		if (fd < 0) {
+			err = -errno;
+		} else {
+			err = lookup_on(fd, diag_seq + 1, self, other, out);
+			diag_seq += 2;
+		}
+		pthread_mutex_unlock(&diag_mu);
+		return err;
 	}
-	int err = lookup_locked(self, other, out);
-	pthread_mutex_unlock(&diag_mu);
+	fd = uls_libc.socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	if (fd < 0)
+		return -errno;
+	err = lookup_on(fd, 1, self, other, out);
+	uls_libc.close(fd);
 	return err;
 }
 

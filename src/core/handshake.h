@@ -25,14 +25,11 @@ struct uls_sockid {
 /*
  * Looks up the TCP socket whose local address is `self` and remote address `other`
  * (either family; v4-mapped IPv6 is looked up as IPv4 when the IPv6 lookup fails).
- * Returns 0, -ENOENT when there is no such socket in this namespace, or -errno.
+ * Returns 0, -ENOENT when there is no such socket in this namespace, or -errno. Never
+ * waits for another lookup: it may run in a signal handler.
  */
 int uls_diag_lookup(const struct sockaddr *self, const struct sockaddr *other,
 		    struct uls_sockid *out);
-/* The same, or -EBUSY where another thread is still asking after 2 ms (or the code that
- * a signal handler interrupted is): for calls that may run in a handler. */
-int uls_diag_lookup_try(const struct sockaddr *self, const struct sockaddr *other,
-			struct uls_sockid *out);
 
 /*
  * The inode of the socket at the other end of a connected unix socket (UNIX_DIAG_PEER),

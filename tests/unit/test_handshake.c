@@ -10,7 +10,10 @@
 #include <netinet/in.h>
 #include <stdint.h>
 #include <string.h>
+#include <signal.h>
+#include <stdio.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -286,6 +289,70 @@ static void check_local(int family, const char *addr, int want)
 	CHECK_INT(uls_addr_is_local((struct sockaddr *)&ss), ==, want);
 }
 
+/*
+ * A lookup from a signal handler that interrupted another lookup of the same thread (a
+ * close() in a handler asks the kernel too): it must not wait for the process's netlink
+ * socket, which the interrupted code holds, and must answer right. A timer fires every
+ * 50 us while the thread looks up in a loop, until 20 handler lookups landed inside one
+ * of the thread's (a lookup that waited would hang the test).
+ */
+static struct sockaddr_storage sig_self, sig_other;
+static uint64_t sig_ino;
+static volatile sig_atomic_t sig_inside, sig_hits, sig_runs, sig_bad;
+
+static void lookup_in_handler(int sig)
+{
+	struct uls_sockid id;
+	int saved = errno;
+
+	(void)sig;
+	sig_runs++;
+	if (uls_diag_lookup((struct sockaddr *)&sig_self, (struct sockaddr *)&sig_other, &id) != 0 ||
+	    id.ino != sig_ino)
+		sig_bad++;
+	if (sig_inside)
+		sig_hits++;
+	errno = saved;
+}
+
+static void test_lookup_in_handler(void)
+{
+	struct itimerval every = {.it_interval = {.tv_usec = 50}, .it_value = {.tv_usec = 50}};
+	struct itimerval off = {{0, 0}, {0, 0}};
+	struct sigaction sa;
+	struct uls_sockid id;
+	struct stat st;
+	struct pair p;
+
+	check_context("lookup in a signal handler");
+	CHECK_EQ(make_pair(&p, AF_INET, "127.0.0.1", 0, AF_INET, "127.0.0.1"), 0);
+	CHECK_EQ(fstat(p.cfd, &st), 0);
+	sig_self = p.c_local;
+	sig_other = p.c_peer;
+	sig_ino = st.st_ino;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = lookup_in_handler;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	CHECK_EQ(sigaction(SIGALRM, &sa, NULL), 0);
+	CHECK_EQ(setitimer(ITIMER_REAL, &every, NULL), 0);
+	for (int i = 0; i < 1000000 && sig_hits < 20; i++) {
+		sig_inside = 1;
+		int r = uls_diag_lookup((struct sockaddr *)&p.a_local, (struct sockaddr *)&p.a_peer,
+					&id);
+		sig_inside = 0;
+		/* A recv the signal cut short answers -EAGAIN (the caller asks again). */
+		CHECK(r == 0 || r == -EAGAIN);
+	}
+	CHECK_EQ(setitimer(ITIMER_REAL, &off, NULL), 0);
+	signal(SIGALRM, SIG_DFL);
+	fprintf(stderr, "note: %d handler lookups, %d inside the thread's\n", (int)sig_runs,
+		(int)sig_hits);
+	CHECK_INT(sig_bad, ==, 0);
+	CHECK_INT(sig_hits, >=, 20);
+	close_pair(&p);
+}
+
 static void test_is_local(void)
 {
 	check_local(AF_INET, "127.0.0.1", 1);
@@ -328,6 +395,7 @@ int main(void)
 	test_ipv6();
 	test_dual_stack();
 	test_other_owner();
+	test_lookup_in_handler();
 	test_is_local();
 	test_addr_str();
 	check_context("%s", "");

@@ -395,16 +395,15 @@ static void close_drain(struct uls_conn *c, int fd)
  * (ULSOCK_TRUST_UIDS): it looks at its own user's offer board and never opens the
  * segment. Only its socket's owner tells that apart from a server without ulsock, so the
  * client asks sock_diag, once per connection that falls back this way (and, with the
- * destination's connections learnt short, not at all after four in a row). Tried only:
- * a close may run in a signal handler.
+ * destination's connections learnt short, not at all after four in a row).
  */
 void uls_conn_never_attached(struct uls_conn *c, int fd, const char *plain)
 {
 	struct uls_sockid id;
 	char why[sizeof(c->reason)];
 
-	if (uls_diag_lookup_try((struct sockaddr *)&c->peer_sa, (struct sockaddr *)&c->local_sa,
-				&id) != 0 || id.uid == uls_uid()) {
+	if (uls_diag_lookup((struct sockaddr *)&c->peer_sa, (struct sockaddr *)&c->local_sa,
+			    &id) != 0 || id.uid == uls_uid()) {
 		uls_conn_set_kernel(c, fd, plain);
 		return;
 	}
