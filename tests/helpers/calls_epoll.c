@@ -40,22 +40,31 @@ static int ep_wait(int ep, struct epoll_event *ev, int max, int ms)
 	return n;
 }
 
-/* Exactly one event, for u64, with exactly these events. */
-static void ep_expect_one(int ep, uint64_t u64, uint32_t events, int ms)
+/* Exactly one event, for u64, with exactly these events; a failure names the caller's line. */
+static void ep_expect_one_at(int line, int ep, uint64_t u64, uint32_t events, int ms)
 {
 	struct epoll_event ev[4];
+	int n = ep_wait(ep, ev, 4, ms);
 
-	CHECK_EQ(ep_wait(ep, ev, 4, ms), 1);
-	CHECK_EQ(ev[0].data.u64, u64);
-	CHECK_EQ(ev[0].events, events);
+	if (n != 1)
+		calls_fail_eq(__FILE__, line, "ep_wait(ep, ev, 4, ms)", "1", n, 1, errno);
+	if (ev[0].data.u64 != u64)
+		calls_fail_eq(__FILE__, line, "ev[0].data.u64", "u64", (long long)ev[0].data.u64,
+			      (long long)u64, 0);
+	if (ev[0].events != events)
+		calls_fail_eq(__FILE__, line, "ev[0].events", "events", ev[0].events, events, 0);
 }
+#define ep_expect_one(...) ep_expect_one_at(__LINE__, __VA_ARGS__)
 
-static void ep_expect_none(int ep, int ms)
+static void ep_expect_none_at(int line, int ep, int ms)
 {
 	struct epoll_event ev[4];
+	int n = ep_wait(ep, ev, 4, ms);
 
-	CHECK_EQ(ep_wait(ep, ev, 4, ms), 0);
+	if (n != 0)
+		calls_fail_eq(__FILE__, line, "ep_wait(ep, ev, 4, ms)", "0", n, 0, errno);
 }
+#define ep_expect_none(...) ep_expect_none_at(__LINE__, __VA_ARGS__)
 
 /* Reads (non-blocking) until EAGAIN; returns the count. */
 static size_t drain(int fd)
@@ -216,9 +225,20 @@ static void case_et(CALLS_ARGS)
 		CHECK_EQ(drain(p.fd), 6);
 		ep_expect_none(ep, 100);
 	}
-	/* EOF is one more edge. */
+	/*
+	 * EOF is one more edge. Linux wakes the socket twice for a FIN (tcp_fin's state
+	 * change, then the data-ready call), and an epoll_wait that ran on the other CPU
+	 * between the two reports a second edge: at most one more is collected, then none.
+	 * (A plain run failed once on an unexpected second edge, 4 helpers at once beside 2
+	 * fuzzers on 2 vCPUs; which wait saw it was not recorded, and the FIN is the one
+	 * double wake-up known here. Failures now name the caller's line.)
+	 */
 	calls_post(&p, 'c');
 	ep_expect_one(ep, tag, EPOLLIN, 5000);
+	calls_sleep_ms(20);
+	struct epoll_event ev[4];
+	int n = ep_wait(ep, ev, 4, 0);
+	CHECK(n == 0 || (n == 1 && ev[0].data.u64 == tag && ev[0].events == EPOLLIN));
 	ep_expect_none(ep, 100);
 	calls_expect_eof(p.fd);
 	close(ep);
