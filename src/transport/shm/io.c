@@ -929,6 +929,17 @@ static ssize_t send_to_gone_peer(struct uls_conn *c, int fd, const struct iovec 
 		return send_epipe(c, flags);
 	}
 	if (!(peer_state & ULS_SIDE_CLOSED) && !atomic_load(&c->peer_gone)) {
+		/*
+		 * A peer shut both ways sends its FIN before it ends its ring (uls_shm_shutdown),
+		 * and a program here that saw that end answers with this send. The FIN may not
+		 * have reached this socket yet (the kernel can leave a loopback packet to its
+		 * softirq thread on a busy machine): wait for it, once per connection.
+		 */
+		if (atomic_load(&s->rx->sh->prod.eof) && !s->fin_awaited && !peer_shut_both(c, fd)) {
+			struct pollfd p = {.fd = uls_conn_fd(c, fd), .events = POLLRDHUP};
+			s->fin_awaited = 1;
+			uls_libc.poll(&p, 1, 100);
+		}
 		if (!peer_shut_both(c, fd))
 			return (ssize_t)total;
 		/* Its kernel resets on these bytes: it reports that once (shut_rd_end), and
@@ -1640,7 +1651,15 @@ int uls_shm_shutdown(struct uls_conn *c, int fd, int how)
 	 */
 	int both = how == SHUT_RDWR || (how == SHUT_RD && atomic_load(&c->shut_wr)) ||
 		   (how == SHUT_WR && atomic_load(&c->shut_rd));
-	int on_rings = uls_shm_kernel_parts(c) == 0, early = both && on_rings;
+	int on_rings = uls_shm_kernel_parts(c) == 0;
+	/*
+	 * Early, too, where a direction is still on TCP (a server before its client's switch,
+	 * a side moving back): the peer must not see the ring's end before the ring is
+	 * closed, or it answers the end on the ring and this side reads its bytes. Not a
+	 * client that still has to switch: its switch goes on TCP, before the FIN.
+	 */
+	int must_switch = c->role == ULS_CLIENT && !atomic_load(&s->me->switched);
+	int early = both && (on_rings || !must_switch);
 	if (early) {
 		atomic_store(&c->shut_rd, 1);
 		rx_ring_close(c, fd);
@@ -1658,8 +1677,8 @@ int uls_shm_shutdown(struct uls_conn *c, int fd, int how)
 		}
 		if (on_tcp) {
 			/* Still (or again: urgent data, a revert) on TCP: the peer reads the end
-			 * of the stream there. */
-			int r = uls_libc.shutdown(uls_conn_fd(c, fd), SHUT_WR);
+			 * of the stream there (early: the SHUT_RDWR above sent it). */
+			int r = early ? 0 : uls_libc.shutdown(uls_conn_fd(c, fd), SHUT_WR);
 			uls_conn_unlock(c, TXL);
 			if (r < 0)
 				return -errno;
