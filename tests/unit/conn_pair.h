@@ -464,6 +464,27 @@ static inline void stream_recv_eof(struct end *e, struct stream *st, uint64_t *r
 	CHECK_INT(stream_recv(e, st, PAIR_CHUNK_MAX, rng, MSG_DONTWAIT), ==, 0);
 }
 
+/*
+ * A connection on the rings both ways: a client of listener lfd with rings of `ring`
+ * bytes, its server's end, and 4 KiB sent each way (so the client has switched). The
+ * two streams are left for the case to free.
+ */
+static inline void pair_open_on_rings(int lfd, uint64_t ring, uint64_t seed, uint64_t *rng,
+				      struct end *cli, struct end *srv, struct stream *c2s,
+				      struct stream *s2c)
+{
+	stream_init(c2s, "client to server", seed ^ 0x70, 4096);
+	stream_init(s2c, "server to client", seed ^ 0xf0, 4096);
+	*cli = pair_connect(0, ring, ring);
+	*srv = pair_accept(lfd, 0);
+	stream_send_to(cli, c2s, c2s->total, rng);
+	stream_recv_to(srv, c2s, c2s->total, rng);
+	stream_send_to(srv, s2c, s2c->total, rng);
+	stream_recv_to(cli, s2c, s2c->total, rng);
+	CHECK_EQ(pair_path(cli), ULS_PATH_SHM);
+	CHECK_EQ(pair_path(srv), ULS_PATH_SHM);
+}
+
 /* A peer process: the child returns 0 with its own watchdog, the parent its pid. */
 static inline pid_t pair_fork(void)
 {

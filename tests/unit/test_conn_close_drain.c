@@ -81,16 +81,7 @@ static void close_case(uint64_t seed, int closer, enum hold how)
 	check_context("seed %#llx: the %s closes while the other end holds its token lock %s",
 		      (unsigned long long)seed, closer == ULS_CLIENT ? "client" : "server",
 		      how == HOLD_300MS ? "300 ms, then sends" : "until the close returned");
-	stream_init(&c2s, "client to server", seed ^ 0x70, 4096);
-	stream_init(&s2c, "server to client", seed ^ 0xf0, 4096);
-	cli = pair_connect(0, RING, RING);
-	srv = pair_accept(lfd, 0);
-	stream_send_to(&cli, &c2s, c2s.total, &rng);
-	stream_recv_to(&srv, &c2s, c2s.total, &rng);
-	stream_send_to(&srv, &s2c, s2c.total, &rng);
-	stream_recv_to(&cli, &s2c, s2c.total, &rng);
-	CHECK_EQ(pair_path(&cli), ULS_PATH_SHM);
-	CHECK_EQ(pair_path(&srv), ULS_PATH_SHM);
+	pair_open_on_rings(lfd, RING, seed, &rng, &cli, &srv, &c2s, &s2c);
 	CHECK(atomic_load(&shm_of(cli.c)->me->switched));
 
 	struct end *v = closer == ULS_CLIENT ? &cli : &srv, *o = closer == ULS_CLIENT ? &srv : &cli;
