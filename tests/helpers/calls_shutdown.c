@@ -163,36 +163,76 @@ static void case_shut_rd_then_data(CALLS_ARGS)
 }
 
 /*
+ * The peer's side of a shutdown both ways: it saw the end (EOF) and answers it with 64
+ * bytes, which are accepted; the reset is back when poll says the socket is hung up (it
+ * is readable, at its end, from the FIN on). Up to 5 s.
+ */
+static void answer_end(int fd)
+{
+	char buf[64] = {0};
+	short ev = 0;
+
+	CHECK_EQ(send(fd, buf, sizeof(buf), MSG_NOSIGNAL), (ssize_t)sizeof(buf));
+	for (int i = 0; i < 500 && !(ev & (POLLERR | POLLHUP)); i++) {
+		ev = calls_wait_for(fd, POLLIN, 0);
+		if (!(ev & (POLLERR | POLLHUP)))
+			usleep(10000);
+	}
+	CHECK(ev & (POLLERR | POLLHUP));
+}
+
+/* The shut side after that answer: ECONNRESET once, then the end (recv and read). */
+static void expect_reset_once(int fd)
+{
+	char buf[64];
+
+	CHECK_ERR(recv(fd, buf, sizeof(buf), 0), ECONNRESET);
+	CHECK_EQ(recv(fd, buf, sizeof(buf), 0), 0);
+	CHECK_EQ(read(fd, buf, sizeof(buf)), 0);
+}
+
+/*
  * SHUT_RDWR, then the peer sends: Linux answers data that comes after a socket shut both
  * ways with a reset, so the next receive reports ECONNRESET, once, and the stream ends
  * (0) from then on. The peer, which read our FIN, sees the reset on its own next calls.
  */
 static void case_shut_rdwr_then_data(CALLS_ARGS)
 {
-	char buf[64];
 	struct calls_pair p;
 
 	calls_pair_open(&p, AF_INET);
 	if (p.child == 0) {
 		calls_expect_eof(p.fd);
-		CHECK_EQ(send(p.fd, buf, sizeof(buf), MSG_NOSIGNAL), (ssize_t)sizeof(buf));
-		/* The reset is back when poll says the socket is hung up (it is readable, at
-		 * its end, from the FIN on). */
-		short ev = 0;
-		for (int i = 0; i < 500 && !(ev & (POLLERR | POLLHUP)); i++) {
-			ev = calls_wait_for(p.fd, POLLIN, 0);
-			if (!(ev & (POLLERR | POLLHUP)))
-				usleep(10000);
-		}
-		CHECK(ev & (POLLERR | POLLHUP));
+		answer_end(p.fd);
 		calls_post(&p, 's');
 		calls_pair_close(&p);
 	}
 	CHECK(shutdown(p.fd, SHUT_RDWR) == 0);
 	CHECK_EQ(calls_await(&p), 's');
-	CHECK_ERR(recv(p.fd, buf, sizeof(buf), 0), ECONNRESET);
-	CHECK_EQ(recv(p.fd, buf, sizeof(buf), 0), 0);
-	CHECK_EQ(read(p.fd, buf, sizeof(buf)), 0);
+	expect_reset_once(p.fd);
+	calls_pair_close(&p);
+}
+
+/*
+ * The same with the roles swapped: the client shuts down both ways before it sent a byte
+ * (under ulsock before its switch to the rings), and the server answers the end with
+ * data: the server's send is accepted and the client's kernel resets, so the client's
+ * next receive reports ECONNRESET once, then 0.
+ */
+static void case_shut_rdwr_then_data_client(CALLS_ARGS)
+{
+	struct calls_pair p;
+
+	calls_pair_open(&p, AF_INET);
+	if (p.child == 0) {
+		CHECK(shutdown(p.fd, SHUT_RDWR) == 0);
+		CHECK_EQ(calls_await(&p), 's');
+		expect_reset_once(p.fd);
+		calls_pair_close(&p);
+	}
+	calls_expect_eof(p.fd);
+	answer_end(p.fd);
+	calls_post(&p, 's');
 	calls_pair_close(&p);
 }
 
@@ -391,6 +431,7 @@ static const struct calls_case cases[] = {
 	{"shut_rdwr", case_shut_rdwr},
 	{"shut_rd_then_data", case_shut_rd_then_data},
 	{"shut_rdwr_then_data", case_shut_rdwr_then_data},
+	{"shut_rdwr_then_data_client", case_shut_rdwr_then_data_client},
 	{"close_flush", case_close_flush},
 	{"shutdown_wakes_recv", case_shutdown_wakes_recv},
 	{"shutdown_wakes_send", case_shutdown_wakes_send},

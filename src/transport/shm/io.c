@@ -928,7 +928,10 @@ static ssize_t send_to_gone_peer(struct uls_conn *c, int fd, const struct iovec 
 			return reset_reported(c, fd);
 		return send_epipe(c, flags);
 	}
-	if (!(peer_state & ULS_SIDE_CLOSED) && !atomic_load(&c->peer_gone)) {
+	/* A peer that shut down both ways closed its ring, and its FIN may have been read
+	 * here already as the end of the wake-up stream (peer_gone): it still resets. */
+	if (!(peer_state & ULS_SIDE_CLOSED) &&
+	    (!atomic_load(&c->peer_gone) || atomic_load(&s->tx->sh->cons.closed))) {
 		/*
 		 * A peer shut both ways sends its FIN before it ends its ring (uls_shm_shutdown),
 		 * and a program here that saw that end answers with this send. The FIN may not
@@ -1637,6 +1640,17 @@ static void rx_ring_close(struct uls_conn *c, int fd)
 	wake_producer(c, fd);
 }
 
+/* A client's SHUT_WR ends its stream on the ring once it switched: it switches now if its
+ * server attached and the stream did not end on TCP already. (send lock held) */
+static void client_switch_for_end(struct uls_conn *c, int fd)
+{
+	struct uls_shm_conn *s = shm_of(c);
+
+	if (c->role == ULS_CLIENT && !atomic_load(&s->me->switched) && uls_conn_peer_attached(c) &&
+	    !(atomic_load(&s->me->state) & ULS_SIDE_TCP_SHUT))
+		uls_conn_client_switch(c, fd);
+}
+
 int uls_shm_shutdown(struct uls_conn *c, int fd, int how)
 {
 	struct uls_shm_conn *s = shm_of(c);
@@ -1651,15 +1665,19 @@ int uls_shm_shutdown(struct uls_conn *c, int fd, int how)
 	 */
 	int both = how == SHUT_RDWR || (how == SHUT_RD && atomic_load(&c->shut_wr)) ||
 		   (how == SHUT_WR && atomic_load(&c->shut_rd));
-	int on_rings = uls_shm_kernel_parts(c) == 0;
 	/*
 	 * Early, too, where a direction is still on TCP (a server before its client's switch,
 	 * a side moving back): the peer must not see the ring's end before the ring is
-	 * closed, or it answers the end on the ring and this side reads its bytes. Not a
-	 * client that still has to switch: its switch goes on TCP, before the FIN.
+	 * closed, or it answers the end on the ring and this side reads its bytes. A client
+	 * whose server attached switches first (its switch goes on TCP, before the FIN); one
+	 * that cannot ends its stream with that FIN, on TCP.
 	 */
-	int must_switch = c->role == ULS_CLIENT && !atomic_load(&s->me->switched);
-	int early = both && (on_rings || !must_switch);
+	if (both && c->role == ULS_CLIENT && !atomic_load(&s->me->switched)) {
+		uls_conn_lock(c, TXL);
+		client_switch_for_end(c, fd);
+		uls_conn_unlock(c, TXL);
+	}
+	int on_rings = uls_shm_kernel_parts(c) == 0, early = both;
 	if (early) {
 		atomic_store(&c->shut_rd, 1);
 		rx_ring_close(c, fd);
@@ -1667,9 +1685,8 @@ int uls_shm_shutdown(struct uls_conn *c, int fd, int how)
 	}
 	if (how != SHUT_RD) {
 		uls_conn_lock(c, TXL);
-		if (c->role == ULS_CLIENT && !atomic_load(&s->me->switched) && uls_conn_peer_attached(c) &&
-		    !(atomic_load(&s->me->state) & ULS_SIDE_TCP_SHUT))
-			uls_conn_client_switch(c, fd);
+		if (!early)
+			client_switch_for_end(c, fd);
 		int on_tcp = atomic_load(&s->me->tx_reverted);
 		if (!on_tcp && c->role == ULS_CLIENT && !atomic_load(&s->me->switched)) {
 			on_tcp = 1;
