@@ -938,9 +938,9 @@ static ssize_t send_to_gone_peer(struct uls_conn *c, int fd, const struct iovec 
 		 * have reached this socket yet (the kernel can leave a loopback packet to its
 		 * softirq thread on a busy machine): wait for it, once per connection.
 		 */
-		if (atomic_load(&s->rx->sh->prod.eof) && !s->fin_awaited && !peer_shut_both(c, fd)) {
+		if (atomic_load(&s->rx->sh->prod.eof) && !atomic_load(&s->fin_awaited) &&
+		    !peer_shut_both(c, fd) && !atomic_exchange(&s->fin_awaited, 1)) {
 			struct pollfd p = {.fd = uls_conn_fd(c, fd), .events = POLLRDHUP};
-			s->fin_awaited = 1;
 			uls_libc.poll(&p, 1, 100);
 		}
 		if (!peer_shut_both(c, fd))

@@ -38,7 +38,7 @@ struct uls_shm_conn {
 	/* This process is one of the side's counted holders (side.refs): the one that made or
 	 * attached the side, and its fork children (attach.c, shm_forked). */
 	uint8_t counted;
-	uint8_t fin_awaited; /* a send waited for the FIN of a peer shut both ways (io.c) */
+	_Atomic uint8_t fin_awaited; /* a send waited for the FIN of a peer shut both ways (io.c) */
 	struct uls_seg seg;
 	struct uls_ring *tx, *rx;
 	struct uls_side *me, *peer;
