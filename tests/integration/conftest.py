@@ -177,13 +177,17 @@ def shm_leftovers(before, grace=3.0):
     """/dev/shm/ulsock* entries that are new since BEFORE and that no live process holds.
 
     Entries still open or mapped by some process (another suite running beside us) are not
-    leftovers; what remains after GRACE seconds with no holder is."""
+    leftovers; one that stays without a holder for GRACE seconds is. An entry that another
+    program makes and maps a moment later, or unmaps and removes, is without a holder
+    for that moment only: so only an entry found unheld at every look counts."""
     deadline = time.monotonic() + grace
+    unheld = None
     while True:
         new = shm_entries() - set(before)
         orphans = new - _shm_held_by_live_processes() if new else set()
-        if not orphans or time.monotonic() > deadline:
-            return sorted(orphans)
+        unheld = orphans if unheld is None else unheld & orphans
+        if not unheld or time.monotonic() > deadline:
+            return sorted(unheld)
         time.sleep(0.1)
 
 
