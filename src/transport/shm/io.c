@@ -938,12 +938,14 @@ static ssize_t send_to_gone_peer(struct uls_conn *c, int fd, const struct iovec 
 		 * have reached this socket yet (the kernel can leave a loopback packet to its
 		 * softirq thread on a busy machine): wait for it, once per connection.
 		 */
-		if (atomic_load(&s->rx->sh->prod.eof) && !atomic_load(&s->fin_awaited) &&
-		    !peer_shut_both(c, fd) && !atomic_exchange(&s->fin_awaited, 1)) {
+		int shut = peer_shut_both(c, fd);
+		if (!shut && atomic_load(&s->rx->sh->prod.eof) &&
+		    !atomic_exchange(&s->fin_awaited, 1)) {
 			struct pollfd p = {.fd = uls_conn_fd(c, fd), .events = POLLRDHUP};
 			uls_libc.poll(&p, 1, 100);
+			shut = peer_shut_both(c, fd);
 		}
-		if (!peer_shut_both(c, fd))
+		if (!shut)
 			return (ssize_t)total;
 		/* Its kernel resets on these bytes: it reports that once (shut_rd_end), and
 		 * this side, whose reset is coming, is at its end (EPIPE, as the kernel). */
