@@ -120,8 +120,8 @@ def test_switch_mid_stream(hosts):
 @pytest.mark.parametrize("plain", ["client", "server"])
 def test_plain_peer(hosts, plain):
     """One end without ulsock: the other stays on TCP, saying why; the bytes are exact.
-    The client holds its connections 2.5 s after the exchange, so that each side's
-    answer (fabricd's NO after 1 s; no CONNECT within 2 s of the REG, the server's
+    The client holds its connections 3.5 s after the exchange, so that each side's
+    answer (fabricd's NO after 3 s; no CONNECT within 2 s of the REG, the server's
     ULSOCK_FABRIC_WAIT_MS here) has come."""
     server, port = hosts.server("--mode", "echo", "--max-conns", "2", ulsock=plain != "server",
                                 env={"ULSOCK_FABRIC_WAIT_MS": "2000"})
@@ -130,7 +130,7 @@ def test_plain_peer(hosts, plain):
                               "--hold", "--pause-held"], name="client", env=hosts.env,
                              wrap=hosts.c.prefix, ulsock=plain != "client", stdin=True,
                              ready="HELD")
-    time.sleep(2.5)
+    time.sleep(3.5)
     client.send_line()
     client.wait()
     server.wait()
@@ -194,13 +194,17 @@ def test_fabric_off_by_default(uls, netns):
 
 def test_unrelated_service_on_directory_port(uls, netns):
     """Something else listens on the directory port of the server's host (silent, then
-    speaking first): the client stays on TCP and that service receives no byte."""
+    speaking first): the client stays on TCP and that service receives no byte.  The
+    connection is held open 1.5 s first (in poll, before it talks), past the 1 s the
+    client waits for a banner: a shorter one closes before the silent service's verdict
+    and says 'closed before the handshake ended' instead."""
     h = Hosts(uls, netns, fabricd=False)
     for greeting in (b"", b"SSH-2.0-OpenSSH_9.2\r\n"):
         listener = h.uls.start(["python3", "-c", LISTENER, h.saddr, greeting.hex()],
                                name="stranger", ulsock=False, wrap=h.s.prefix, ready="LISTENING")
         server, port = h.server("--mode", "echo", "--max-conns", "1")
-        client = h.client(port, "--mode", "echo", "--conns", "1", "--bytes", "256K")
+        client = h.client(port, "--mode", "echo", "--conns", "1", "--bytes", "256K",
+                          "--hold", "--settle", "1500")
         server.wait()
         all_ok(server, 1)
         expect_paths(client, "kernel", count=1, reason="fabric: no directory answer")

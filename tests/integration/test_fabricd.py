@@ -48,7 +48,7 @@ def kv(line):
 
 def test_stranger_gets_only_the_banner(uls, world):
     """Connect and send nothing: exactly 32 bytes of a valid BANNER, then the close (the
-    1 s HELLO limit), and not one byte more."""
+    3 s HELLO limit), and not one byte more."""
     a, b, _ = world
     out = peer(uls, "raw", SERVER, DIRPORT, "none", ns=b)
     assert "BANNER bytes=32 valid=1" in out, out

@@ -126,10 +126,19 @@ void uls_fab_tuple_addr(const struct uls_fab_tuple *t, int server, struct sockad
 
 #ifndef ULS_FAB_DIR_CODEC_ONLY
 
-/* How long the client waits for each step, and keeps a failing server address. */
+/*
+ * How long the client waits for each step, and keeps a failing server address. The
+ * banner's wait is fabricd's time to accept, which a loaded server host stretches: with
+ * 50 ms, each of six runs of the fabric tests beside a CPU load (load average 6 on 2
+ * vCPUs) failed a test or more on "no banner in time", cached 30 s for later
+ * connections. A silent stranger on the port costs the side connection 1 s (the
+ * program's bytes go on TCP meanwhile). The answer's wait is longer than fabricd's for a
+ * REG (3 s, fabricd.c), so that a late NOT_REGISTERED is not taken for a host without
+ * fabricd (cached).
+ */
 #define ULS_FAB_DIRQ_CONNECT_NS 200000000ull
-#define ULS_FAB_DIRQ_BANNER_NS 50000000ull
-#define ULS_FAB_DIRQ_ANSWER_NS 1000000000ull
+#define ULS_FAB_DIRQ_BANNER_NS 1000000000ull
+#define ULS_FAB_DIRQ_ANSWER_NS 5000000000ull
 #define ULS_FAB_DIRQ_CACHE_NS 30000000000ull
 
 enum uls_fab_dirq_state {
