@@ -13,76 +13,8 @@
 
 #include "conn.h"
 #include "fdtable.h"
-#include "handshake.h"
 #include "log.h"
 #include "../os/libc.h"
-
-static int pid_maps_ulsock(long pid)
-{
-	char path[64], line[512];
-	int found = 0;
-
-	snprintf(path, sizeof(path), "/proc/%ld/maps", pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return 0;
-	while (!found && fgets(line, sizeof(line), f))
-		found = strstr(line, "libulsock") != NULL;
-	fclose(f);
-	return found;
-}
-
-/* Does every process that holds the socket `ino` run ulsock? (a scan of /proc) */
-static int holders_run_ulsock(uint64_t ino)
-{
-	char want[40], dir[300], link[600], target[64];
-	struct dirent *p, *f;
-	int holders = 0, ok = 1;
-	DIR *proc = opendir("/proc");
-
-	snprintf(want, sizeof(want), "socket:[%llu]", (unsigned long long)ino);
-	while (ok && proc && (p = readdir(proc)) != NULL) {
-		if (p->d_name[0] < '1' || p->d_name[0] > '9')
-			continue;
-		snprintf(dir, sizeof(dir), "/proc/%s/fd", p->d_name);
-		DIR *fds = opendir(dir);
-		while (fds && (f = readdir(fds)) != NULL) {
-			snprintf(link, sizeof(link), "%s/%s", dir, f->d_name);
-			ssize_t n = readlink(link, target, sizeof(target) - 1);
-			if (n <= 0)
-				continue;
-			target[n] = '\0';
-			if (strcmp(target, want) == 0) {
-				holders++;
-				ok = pid_maps_ulsock(strtol(p->d_name, NULL, 10));
-				break;
-			}
-		}
-		if (fds)
-			closedir(fds);
-	}
-	if (proc)
-		closedir(proc);
-	return ok && holders > 0;
-}
-
-/*
- * Does the process at the other end of this unix socket run ulsock? SO_PEERCRED names
- * it for a connected socket; a socketpair only names its creator, so then the holders of
- * the other end are looked up.
- */
-static int peer_runs_ulsock(int unix_fd)
-{
-	struct ucred cr;
-	socklen_t len = sizeof(cr);
-
-	if (uls_libc.getsockopt(unix_fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0 || cr.pid <= 0)
-		return 0;
-	if (cr.pid != uls_pid())
-		return pid_maps_ulsock(cr.pid);
-	uint64_t peer = uls_diag_unix_peer(unix_fd);
-	return peer && holders_run_ulsock(peer);
-}
 
 /* Collects the descriptors carried by SCM_RIGHTS messages; returns how many. */
 static int scm_fds(const struct msghdr *msg, int *out, int max)
@@ -102,9 +34,18 @@ static int scm_fds(const struct msghdr *msg, int *out, int max)
 
 #define SCM_MAX 253 /* the kernel's SCM_MAX_FD */
 
-void uls_handoff_sent(int unix_fd, const struct msghdr *msg)
+/*
+ * Every accelerated connection among them moves back to kernel TCP before the message
+ * leaves, whoever will receive it. No check at this moment can prove that the process
+ * that takes the descriptor out of the unix socket runs ulsock: a process that maps the
+ * library now may exec a program without it while the descriptor is still queued (its
+ * exec moves back only what it holds), or pass the unix socket on; such a receiver would
+ * read the kernel socket while the peer's bytes stayed on the ring. A receiver that runs
+ * ulsock finds the connection on the kernel path (docs/design.md, "SCM_RIGHTS").
+ */
+void uls_handoff_sent(const struct msghdr *msg)
 {
-	int fds[SCM_MAX], n = scm_fds(msg, fds, SCM_MAX), verified = -1;
+	int fds[SCM_MAX], n = scm_fds(msg, fds, SCM_MAX);
 
 	for (int i = 0; i < n; i++) {
 		struct uls_conn *pc = uls_fd_conn(fds[i]);
@@ -113,14 +54,10 @@ void uls_handoff_sent(int unix_fd, const struct msghdr *msg)
 		atomic_store(&pc->shared, ULS_SHARED_STICKY);
 		if (!uls_conn_accelerated(pc))
 			continue;
-		if (verified < 0 && pc->tp->follows)
-			verified = peer_runs_ulsock(unix_fd);
-		if (verified > 0 && pc->tp->follows)
-			continue;
 		int r = uls_conn_revert(pc, fds[i], 2000);
 		if (r < 0)
-			uls_err("SCM_RIGHTS: fd=%d goes to a process without ulsock but could not "
-				"move back to kernel TCP: %s", fds[i], strerror(-r));
+			uls_err("SCM_RIGHTS: fd=%d leaves this process but could not move back to "
+				"kernel TCP: %s", fds[i], strerror(-r));
 	}
 }
 

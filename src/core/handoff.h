@@ -3,10 +3,10 @@
  * Hand-off: a socket leaving ulsock's reach, and what ulsock does about it. The interposer
  * (src/preload/: io.c, exec.c, socket.c, init.c) only calls these at the moment a socket
  * leaves; the policy is here.
- * - SCM_RIGHTS: the descriptors sent may reach a process without ulsock: the connection
- *   moves back to kernel TCP first unless the receiver is proven to run ulsock (it then
- *   finds the connection again by its segment). Either way another process may hold the
- *   socket now.
+ * - SCM_RIGHTS: the descriptors sent may reach a process without ulsock, and nothing
+ *   at the moment of sending can prove otherwise (the receiver may exec a plain program
+ *   while the descriptor is queued): the connection moves back to kernel TCP first.
+ *   Another process may hold the socket from then on.
  * - exec and posix_spawn: an accelerated socket that survives exec keeps working if the
  *   new program runs ulsock too (it finds the connection again through the socket's
  *   inode). When the new environment drops the library, each inherited accelerated socket
@@ -21,8 +21,8 @@
 
 #include <sys/socket.h>
 
-/* Before sendmsg on unix_fd with msg: its SCM_RIGHTS descriptors are leaving. */
-void uls_handoff_sent(int unix_fd, const struct msghdr *msg);
+/* Before sendmsg with msg: its SCM_RIGHTS descriptors are leaving. */
+void uls_handoff_sent(const struct msghdr *msg);
 /* After recvmsg: a received descriptor may reuse a number whose old entry ulsock never
  * saw closed. */
 void uls_handoff_received(const struct msghdr *msg);

@@ -9,7 +9,6 @@
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <linux/sock_diag.h>
-#include <linux/unix_diag.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -262,46 +261,3 @@ void uls_addr_str(const struct sockaddr *sa, char *buf, size_t len)
 	}
 }
 
-uint64_t uls_diag_unix_peer(int unix_fd)
-{
-	struct {
-		struct nlmsghdr nh;
-		struct unix_diag_req req;
-	} q;
-	union {
-		struct nlmsghdr nh;
-		char buf[4096];
-	} rep;
-	struct sockaddr_nl nl = {.nl_family = AF_NETLINK};
-	struct stat st;
-	uint64_t peer = 0;
-	int nfd;
-
-	if (fstat(unix_fd, &st) < 0)
-		return 0;
-	nfd = uls_libc.socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-	if (nfd < 0)
-		return 0;
-	memset(&q, 0, sizeof(q));
-	q.nh.nlmsg_len = sizeof(q);
-	q.nh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
-	q.nh.nlmsg_flags = NLM_F_REQUEST;
-	q.req.sdiag_family = AF_UNIX;
-	q.req.udiag_states = ~0u;
-	q.req.udiag_ino = (uint32_t)st.st_ino;
-	q.req.udiag_show = UDIAG_SHOW_PEER;
-	q.req.udiag_cookie[0] = q.req.udiag_cookie[1] = ~0u;
-	ssize_t n = -1;
-	if (uls_libc.sendto(nfd, &q, sizeof(q), 0, (struct sockaddr *)&nl, sizeof(nl)) >= 0)
-		n = uls_libc.recv(nfd, &rep, sizeof(rep), 0);
-	uls_libc.close(nfd);
-	if (n < (ssize_t)NLMSG_LENGTH(sizeof(struct unix_diag_msg)) ||
-	    rep.nh.nlmsg_type != SOCK_DIAG_BY_FAMILY)
-		return 0;
-	struct unix_diag_msg *m = NLMSG_DATA(&rep.nh);
-	int len = (int)rep.nh.nlmsg_len - (int)NLMSG_LENGTH(sizeof(*m));
-	for (struct rtattr *a = (struct rtattr *)(m + 1); RTA_OK(a, len); a = RTA_NEXT(a, len))
-		if (a->rta_type == UNIX_DIAG_PEER && RTA_PAYLOAD(a) >= sizeof(uint32_t))
-			peer = *(uint32_t *)RTA_DATA(a);
-	return peer;
-}

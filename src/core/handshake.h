@@ -31,12 +31,6 @@ struct uls_sockid {
 int uls_diag_lookup(const struct sockaddr *self, const struct sockaddr *other,
 		    struct uls_sockid *out);
 
-/*
- * The inode of the socket at the other end of a connected unix socket (UNIX_DIAG_PEER),
- * or 0 when the kernel does not say.
- */
-uint64_t uls_diag_unix_peer(int unix_fd);
-
 /* The SO_COOKIE of a socket, or 0. */
 uint64_t uls_sock_cookie(int fd);
 

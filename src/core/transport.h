@@ -78,9 +78,6 @@ enum uls_tp_answer {
 
 struct uls_transport_ops {
 	const char *name;
-	/* Its connections follow the socket into another ulsock process (exec with the
-	 * library, SCM_RIGHTS), which finds them with adopt; else they move back first. */
-	int follows;
 
 	/*
 	 * ---- set-up: only transports of the table (list.h) have these ----

@@ -258,7 +258,7 @@ ULS_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 	struct uls_conn *c = accel(fd);
 
 	if (msg && msg->msg_controllen && !uls_is_inside())
-		uls_handoff_sent(fd, msg);
+		uls_handoff_sent(msg);
 	if (c && msg->msg_controllen) {
 		/* TCP takes a few control messages (timestamping requests) and refuses the
 		 * rest: the kernel judges them on a send of no bytes, the bytes go the ring. */
@@ -283,8 +283,13 @@ ULS_EXPORT int recvmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags,
 	struct uls_conn *c = accel(fd);
 	unsigned int i;
 
-	if (!c)
-		return uls_libc.recvmmsg(fd, v, n, flags, timeout);
+	if (!c) {
+		int r = uls_libc.recvmmsg(fd, v, n, flags, timeout);
+		for (int k = 0; k < r; k++)
+			if (v[k].msg_hdr.msg_controllen)
+				uls_handoff_received(&v[k].msg_hdr);
+		return r;
+	}
 	for (i = 0; i < n; i++) {
 		int f = flags & ~MSG_WAITFORONE;
 		if (i > 0 && (flags & MSG_WAITFORONE))
@@ -304,8 +309,13 @@ ULS_EXPORT int sendmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags)
 	struct uls_conn *c = accel(fd);
 	unsigned int i;
 
-	if (!c)
+	if (!c) {
+		/* A unix socket may carry descriptors in any of the messages (sendmsg). */
+		for (i = 0; v && i < n && !uls_is_inside(); i++)
+			if (v[i].msg_hdr.msg_controllen)
+				uls_handoff_sent(&v[i].msg_hdr);
 		return uls_libc.sendmmsg(fd, v, n, flags);
+	}
 	for (i = 0; i < n; i++) {
 		ssize_t r = sendmsg(fd, &v[i].msg_hdr, flags);
 		if (r < 0)

@@ -9,8 +9,10 @@
  *
  * For every listener whose connections must take the fast path the helper prints
  *     calls: expect shm ADDR:PORT
- * and for connections whose peer is a plain process
+ * for connections whose peer is a plain process
  *     calls: expect kernel ADDR:PORT
+ * and for fast-path connections that a hand-off (SCM_RIGHTS) moves back to kernel TCP
+ *     calls: expect moved ADDR:PORT
  * so that the pytest side can look for the matching `path=` lines in the ulsock log.
  *
  * Everything here is `static inline` so that a helper which does not use a function does not
@@ -649,13 +651,14 @@ static inline void calls_pair_fork(struct calls_pair *p, int lfd)
 	p->sync_wr = to_child[1];
 }
 
-/* Returns in both processes; pair->child tells which one this is. */
-static inline void calls_pair_open(struct calls_pair *p, int family)
+/* Returns in both processes; pair->child tells which one this is. expect: the listener's
+ * `calls: expect` kind. */
+static inline void calls_pair_open_as(struct calls_pair *p, int family, const char *expect)
 {
 	int lfd;
 
 	calls_require_family(family);
-	lfd = calls_listen(family, &p->server, "shm");
+	lfd = calls_listen(family, &p->server, expect);
 	calls_pair_fork(p, lfd);
 	if (p->child == 0) {
 		p->fd = calls_connect(&p->server);
@@ -665,6 +668,12 @@ static inline void calls_pair_open(struct calls_pair *p, int family)
 	p->fd = calls_accept(lfd);
 	close(lfd);
 	calls_greet(p->fd);
+}
+
+/* Returns in both processes; the connection must take the fast path. */
+static inline void calls_pair_open(struct calls_pair *p, int family)
+{
+	calls_pair_open_as(p, family, "shm");
 }
 
 /* A copy of the environment without LD_PRELOAD (the caller execs; nothing is freed). */

@@ -409,6 +409,9 @@ static void case_exec_plain(CALLS_ARGS)
 
 /* ---- SCM_RIGHTS ---------------------------------------------------------------------------- */
 
+/* The descriptor passes by sendmmsg and recvmmsg (one message each) instead. */
+static int scm_mmsg;
+
 static void send_fd(int unix_fd, int fd)
 {
 	char byte = 'F';
@@ -427,6 +430,12 @@ static void send_fd(int unix_fd, int fd)
 	c->cmsg_type = SCM_RIGHTS;
 	c->cmsg_len = CMSG_LEN(sizeof(int));
 	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	if (scm_mmsg) {
+		struct mmsghdr v = {.msg_hdr = m};
+		CHECK_EQ(sendmmsg(unix_fd, &v, 1, 0), 1);
+		CHECK_EQ(v.msg_len, 1u);
+		return;
+	}
 	CHECK_EQ(sendmsg(unix_fd, &m, 0), 1);
 }
 
@@ -443,7 +452,14 @@ static int recv_fd(int unix_fd)
 
 	m.msg_control = ctl.buf;
 	m.msg_controllen = sizeof(ctl.buf);
-	CHECK_EQ(recvmsg(unix_fd, &m, MSG_CMSG_CLOEXEC), 1);
+	if (scm_mmsg) {
+		struct mmsghdr v = {.msg_hdr = m};
+		CHECK_EQ(recvmmsg(unix_fd, &v, 1, MSG_CMSG_CLOEXEC, NULL), 1);
+		CHECK_EQ(v.msg_len, 1u);
+		m = v.msg_hdr;
+	} else {
+		CHECK_EQ(recvmsg(unix_fd, &m, MSG_CMSG_CLOEXEC), 1);
+	}
 	CHECK_EQ(byte, 'F');
 	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
 	CHECK(c != NULL);
@@ -485,10 +501,17 @@ static void case_scm_receiver(CALLS_ARGS)
 	scm_receive(atoi(argv[0]));
 }
 
+static void case_scm_receiver_mmsg(CALLS_ARGS)
+{
+	scm_mmsg = 1;
+	case_scm_receiver(argc, argv);
+}
+
 /*
  * Passing a connected socket to another process: the sender reads part of what the peer sent,
  * writes a little, passes the socket and closes its own descriptor; the receiver carries on
- * from exactly where the sender stopped, in both directions.
+ * from exactly where the sender stopped, in both directions. Under ulsock the connection
+ * moves back to kernel TCP before the pass, whoever receives it.
  */
 static void scm_case(int plain)
 {
@@ -503,12 +526,12 @@ static void scm_case(int plain)
 		calls_child_setup();
 		close(u[0]);
 		if (plain)
-			exec_self("scm_receiver", u[1], 1);
+			exec_self(scm_mmsg ? "scm_receiver_mmsg" : "scm_receiver", u[1], 1);
 		scm_receive(u[1]);
 		_exit(0);
 	}
 	close(u[1]);
-	calls_pair_open(&p, AF_INET);
+	calls_pair_open_as(&p, AF_INET, "moved");
 	if (p.child == 0) {
 		close(u[0]);
 		calls_write_all(p.fd, "0123456789", 10);
@@ -540,6 +563,18 @@ static void case_scm_rights(CALLS_ARGS)
 
 static void case_scm_rights_plain(CALLS_ARGS)
 {
+	scm_case(1);
+}
+
+static void case_scm_rights_mmsg(CALLS_ARGS)
+{
+	scm_mmsg = 1;
+	scm_case(0);
+}
+
+static void case_scm_rights_mmsg_plain(CALLS_ARGS)
+{
+	scm_mmsg = 1;
 	scm_case(1);
 }
 
@@ -820,7 +855,10 @@ static const struct calls_case cases[] = {
 	{"exec_child", case_exec_child},
 	{"scm_rights", case_scm_rights},
 	{"scm_rights_plain", case_scm_rights_plain},
+	{"scm_rights_mmsg", case_scm_rights_mmsg},
+	{"scm_rights_mmsg_plain", case_scm_rights_mmsg_plain},
 	{"scm_receiver", case_scm_receiver},
+	{"scm_receiver_mmsg", case_scm_receiver_mmsg},
 	{"sendfile", case_sendfile},
 	{"accept4", case_accept4},
 	{"spawn_shared", case_spawn_shared},

@@ -459,7 +459,7 @@ static void case_scm_close_now(CALLS_ARGS)
 		_exit(0);
 	}
 	close(u[1]);
-	calls_pair_open(&p, AF_INET);
+	calls_pair_open_as(&p, AF_INET, "moved");
 	if (p.child == 0) {
 		close(u[0]);
 		drive_echo(p.fd);
@@ -485,7 +485,7 @@ static void case_scm_sender_exits(CALLS_ARGS)
 	pid_t client, sender;
 
 	CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, u) == 0);
-	lfd = calls_listen(AF_INET, &server, "shm");
+	lfd = calls_listen(AF_INET, &server, "moved");
 	client = fork();
 	CHECK(client >= 0);
 	if (client == 0) {

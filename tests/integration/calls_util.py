@@ -7,6 +7,9 @@ A helper case exits 0 only if all its checks passed (77: skip) and prints
     calls: preload VALUE           the LD_PRELOAD it ran with ("-" for none), once per image
     calls: expect shm ADDR:PORT    connections accepted there must take the fast path
     calls: expect kernel ADDR:PORT connections to there must stay on the kernel path
+    calls: expect moved ADDR:PORT  connections accepted there take the fast path, then move
+                                   back to kernel TCP in place (SCM_RIGHTS): a process that
+                                   takes the socket over finds it on the kernel path
     calls: PASS CASE
 
 Under ulsock every `expect` line is checked against the `path=` lines of the ulsock log
@@ -26,6 +29,7 @@ import re
 import pytest
 
 from conftest import PLAIN, TIMEOUT, parse_path_lines
+from ulstest import logs
 
 MODES = ("plain", "ulsock")
 RUN_TIMEOUT_S = max(TIMEOUT, 60.0)
@@ -55,7 +59,7 @@ def require_mode(mode):
 
 def expects(text):
     """The (kind, addr) pairs of a helper's `calls: expect` lines."""
-    return re.findall(r"^calls: expect (shm|kernel) (\S+)$", text, re.M)
+    return re.findall(r"^calls: expect (shm|kernel|moved) (\S+)$", text, re.M)
 
 
 def check_preload(proc, out, plain_images=0):
@@ -81,7 +85,9 @@ def check_paths(proc, out, transport="shm"):
     for kind, addr in expects(out):
         server = [ln for ln in lines if ln.local == addr]
         client = [ln for ln in lines if ln.peer == addr]
-        if kind == "shm":
+        if kind == "moved" and transport == "shm":
+            check_moved(proc, addr, server, client)
+        elif kind in ("shm", "moved"):
             assert server, f"no server-side path line for {addr}" + ctx
             assert client, f"no client-side path line for {addr}" + ctx
             wrong = [ln.line for ln in server + client
@@ -91,6 +97,22 @@ def check_paths(proc, out, transport="shm"):
             assert client, f"no path line for the connection to the plain peer {addr}" + ctx
             wrong = [ln.line for ln in client if ln.path != "kernel" or not ln.reason]
             assert not wrong, f"connection to plain peer {addr} not path=kernel+reason: {wrong}" + ctx
+
+
+def check_moved(proc, addr, server, client):
+    """`expect moved ADDR`: both ends took the fast path, both logged the move back to
+    kernel TCP, and every process that took the socket over later logged path=kernel with
+    a reason."""
+    ctx = f"\n{proc.describe()}"
+    left = [m for m in logs.matches(proc.log_text(), logs.LEFT_LINE)
+            if addr in (m["local"], m["peer"])]
+    for side, found, key in (("server", server, "local"), ("client", client, "peer")):
+        assert any(ln.path == "shm" for ln in found), f"no {side} path=shm line for {addr}" + ctx
+        moved = [m for m in left if m[key] == addr and "moved back to kernel TCP" in m["reason"]]
+        assert moved, f"the {side} side of {addr} never moved back to kernel TCP" + ctx
+        wrong = [ln.line for ln in found if ln.path not in ("shm", "kernel") or
+                 (ln.path == "kernel" and not ln.reason)]
+        assert not wrong, f"connections via {addr}: unexpected path lines {wrong[:4]}" + ctx
 
 
 def run_case(uls, helper, case, mode, args=(), plain_images=0, timeout=RUN_TIMEOUT_S,

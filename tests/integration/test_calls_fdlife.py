@@ -16,14 +16,17 @@ CASES = {
     "fork_exit": "last holder a forked child exiting without close: non-blocking peer sees EOF",
     "exec": "socket inherited across execve of the helper: partly read input and output exact",
     "exec_plain": "the same with LD_PRELOAD removed from the new image's environment",
-    "scm_rights": "socket passed over AF_UNIX after a partial read: receiver continues exactly",
+    "scm_rights": "socket passed over AF_UNIX after a partial read: receiver continues exactly "
+                  "(moved back to kernel TCP before the pass)",
     "scm_rights_plain": "the same with a receiver exec'd without LD_PRELOAD",
+    "scm_rights_mmsg": "scm_rights with sendmmsg and recvmmsg",
+    "scm_rights_mmsg_plain": "scm_rights_plain with sendmmsg and recvmmsg",
     "sendfile": "3 MiB + 123 from a file with an offset pointer, then from the file position",
     "accept4": "SOCK_NONBLOCK|SOCK_CLOEXEC honoured, peer address filled, EINVAL; accept() blocking",
     "spawn_shared": "a posix_spawn child sends on the parent's socket at the same time: no record torn",
     "spawn_plain": "socket handed to a posix_spawn child whose environment drops LD_PRELOAD",
 }
-INTERNAL = ["exec_child", "scm_receiver", "spawn_writer"]
+INTERNAL = ["exec_child", "scm_receiver", "scm_receiver_mmsg", "spawn_writer"]
 
 
 test_case_list = case_list_test(HELPER, CASES, INTERNAL)

@@ -6,7 +6,8 @@ subprocess children start by vfork while it holds connections (py_subprocess_pee
 The accepting process hands the connection over and closes its copy at once while the peer
 already streams; the new holder echoes 4 MiB byte-exact and its close alone ends the
 connection. Every case runs plain (the kernel is the oracle) and under `ulsock run`, where
-each connection must be path=shm in every process that logs it.
+each connection must be path=shm in every process that logs it; the SCM_RIGHTS cases'
+connections start on shm and move back to kernel TCP before the pass (`expect moved`).
 """
 
 import sys

@@ -598,7 +598,6 @@ static int shm_sigaction(int sig, const struct sigaction *act, struct sigaction 
 
 const struct uls_transport_ops uls_shm_transport = {
 	.name = "shm",
-	.follows = 1,
 	.connect = shm_connect,
 	.connect_failed = shm_connect_failed,
 	.accept = shm_accept,

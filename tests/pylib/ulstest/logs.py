@@ -23,7 +23,8 @@ CLOSE_LINE = re.compile(r"^ulsock\[(\d+)\]: fd=(\d+) (\S+) -> (\S+) closed: sent
 
 # ulsock[PID]: fd=N LOCAL -> PEER left the fast path: REASON (a connection moved back to
 # kernel TCP in place after its path was logged).
-LEFT_LINE = re.compile(r"^ulsock\[\d+\]: fd=\d+ \S+ -> \S+ left the fast path: .+$")
+LEFT_LINE = re.compile(r"^ulsock\[(?P<pid>\d+)\]: fd=\d+ (?P<local>\S+) -> (?P<peer>\S+) "
+                       r"left the fast path: (?P<reason>.+)$")
 
 # ulsock[PID]: LOCAL -> PEER: the socket is this process's alone again (...), at level debug:
 # a socket shared by fork whose other counted holders all let it go (design.md, "Fork
