@@ -59,9 +59,13 @@ __attribute__((noreturn)) static void worker_fail(struct ulf_worker *w, const ch
 	fflush(stdout);
 	if (w->ready) {
 		ulf_wire_send(w->ctrl, ULF_F_ERROR, 0, msg, (uint32_t)strlen(msg));
-		/* Rank 0 holds the coordinator: let it report and abort the others first. */
-		if (w->rank == 0)
-			ulf_wait_readable(w->ctrl, ulf_now_ms() + 5000);
+		/*
+		 * Wait until the coordinator has reported it and sent ABORT (or is gone), 5 s at
+		 * most: `ulflow run` stops the whole group as soon as any process exits, and the
+		 * coordinator (in rank 0, maybe this very process) would go with it before
+		 * printing the cause (seen on a loaded machine: 1 run in 330).
+		 */
+		ulf_wait_readable(w->ctrl, ulf_now_ms() + 5000);
 	} else {
 		ulf_die_msg("%s", msg);
 	}
