@@ -82,10 +82,14 @@ static void client(const struct sockaddr_in *to, int idle)
 
 static void worker(int unix_fd)
 {
-	char byte, ctl[CMSG_SPACE(sizeof(int))];
+	char byte;
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} ctl;
 	struct iovec iov = {&byte, 1};
-	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
-			   .msg_controllen = sizeof(ctl)};
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+			   .msg_controllen = sizeof(ctl.buf)};
 	int fd;
 
 	if (recvmsg(unix_fd, &m, 0) != 1 || !CMSG_FIRSTHDR(&m))

@@ -10,6 +10,8 @@ Environment:
   ULSOCK_TEST_PLAIN=1   run everything without ulsock and skip every path assertion:
                         checks the tests' own logic against kernel TCP
   ULSOCK_TEST_TIMEOUT   default bound, in seconds, on any one process (default 60)
+  ULSOCK_TEST_LOG       the log level of preloaded processes whose test asks for none
+                        (default info; debug adds each fabric handshake's steps)
 
 What a test gets:
   uls                   a Runner for this test: uls.start(...), uls.run(...), uls.helper(...)
@@ -349,6 +351,8 @@ class Runner:
             if profile:
                 prefix += ["--profile", profile]
             argv = prefix + ["--"] + argv
+            if log_level == "info":  # a test's own choice stands
+                log_level = os.environ.get("ULSOCK_TEST_LOG", log_level)
             full_env.update({"ULSOCK_LOG": log_level, "ULSOCK_LOG_FILE": str(log)})
             full_env.update(env or {})
             log.touch()

@@ -1231,6 +1231,39 @@ static void fab_settled(struct uls_conn *c)
 
 /* ------------------------------------------------------------------ close */
 
+/* Where a handshake stood when its program closed the socket: the debug log says, for
+ * whoever wonders why a connection stayed on TCP (fab.mu held). */
+static const char *hs_stage(const struct fab_conn *f)
+{
+	static const char *const dir[] = {
+	    [ULS_FAB_DIRQ_IDLE] = "the directory not asked yet",
+	    [ULS_FAB_DIRQ_CONNECTING] = "connecting to the directory",
+	    [ULS_FAB_DIRQ_BANNER] = "waiting for the directory's banner",
+	    [ULS_FAB_DIRQ_HELLO] = "sending HELLO to the directory",
+	    [ULS_FAB_DIRQ_ANSWER] = "waiting for the directory's answer",
+	    [ULS_FAB_DIRQ_DONE] = "the directory answered",
+	    [ULS_FAB_DIRQ_FAILED] = "the directory failed",
+	};
+
+	switch (f->hs) {
+	case HS_CLI_CONNECTING:
+		return "the kernel's connect not completed";
+	case HS_CLI_DIR:
+		return (unsigned)f->dq.state < sizeof(dir) / sizeof(dir[0]) ? dir[f->dq.state]
+									     : "asking the directory";
+	case HS_CLI_SENT:
+		return "CONNECT sent, no ACCEPT yet";
+	case HS_CLI_ACCEPTED:
+		return "ACCEPT taken, not switched";
+	case HS_SRV_REG:
+		return "registered, no CONNECT yet";
+	case HS_SRV_ACCEPTED:
+		return "ACCEPT sent, no SWITCH or ABORT yet";
+	default:
+		return "settled";
+	}
+}
+
 /* The last close (9.8): FIN with CLOSE after the switch, up to 100 ms for this
  * connection's sends to complete, then nothing of it stays in the process. */
 static void fab_closing(struct uls_conn *c, int fd)
@@ -1241,6 +1274,9 @@ static void fab_closing(struct uls_conn *c, int fd)
 	fab_step(f, fd);
 	pthread_mutex_lock(&f->tx_mu);
 	pthread_mutex_lock(&fab.mu);
+	if (!on_tcp(c) && f->hs != HS_DONE && f->hs != HS_FAILED)
+		uls_dbg("fabric: fd=%d closed %llu ms into its handshake: %s", fd,
+			(unsigned long long)((uls_now_ns() - f->hs_since) / 1000000u), hs_stage(f));
 	if (!on_tcp(c) && !f->orphan) {
 		if (f->tx_sw && !f->err) {
 			/* After a FIN of shutdown: the CLOSE one still says the holder left. */

@@ -145,7 +145,10 @@ static enum uls_tp_answer gate(const struct sockaddr_storage *peer, uint16_t ser
 	return ULS_TP_TAKEN;
 }
 
-static struct fab_conn *bind_conn(struct uls_conn *c, int fd, enum fab_hs hs)
+/* A fab_conn for c, in the process's list; a server's with the Ns and view of its
+ * registration reg, which a CONNECT may name as soon as it is listed (fab.mu held). */
+static struct fab_conn *bind_conn(struct uls_conn *c, int fd, enum fab_hs hs,
+				  const struct uls_fab_reg *reg)
 {
 	struct fab_conn *f = calloc(1, sizeof(*f));
 
@@ -157,16 +160,19 @@ static struct fab_conn *bind_conn(struct uls_conn *c, int fd, enum fab_hs hs)
 	f->hs_since = uls_now_ns();
 	f->dq.fd = -1;
 	f->peer_sw_pos = UINT64_MAX;
+	if (reg) {
+		memcpy(f->ns, reg->where.ns, sizeof(f->ns));
+		f->tuple = reg->tuple;
+		f->hs_deadline = f->hs_since + hs_wait_ns();
+	}
 	pthread_mutex_init(&f->tx_mu, NULL);
 	pthread_mutex_init(&f->rx_mu, NULL);
 	memcpy(c->tp_state, &f, sizeof(f));
 	c->tp = &uls_fabric_transport;
 	atomic_store(&c->path, ULS_PATH_PENDING);
-	pthread_mutex_lock(&fab.mu);
 	f->next = fab.conns;
 	fab.conns = f;
 	fab.nconns++;
-	pthread_mutex_unlock(&fab.mu);
 	return f;
 }
 
@@ -180,7 +186,10 @@ enum uls_tp_answer fab_connect(struct uls_conn *c, int fd, const struct sockaddr
 	(void)dst;
 	if (a != ULS_TP_TAKEN)
 		return a;
-	if (!bind_conn(c, fd, HS_CLI_CONNECTING)) {
+	pthread_mutex_lock(&fab.mu);
+	struct fab_conn *f = bind_conn(c, fd, HS_CLI_CONNECTING, NULL);
+	pthread_mutex_unlock(&fab.mu);
+	if (!f) {
 		snprintf(why, wlen, "fabric: no fabric (out of memory)");
 		return ULS_TP_DECLINED;
 	}
@@ -243,6 +252,14 @@ enum uls_tp_answer fab_accept(struct uls_conn *c, int fd, char *why, size_t wlen
 		snprintf(reg.where.provider, sizeof(reg.where.provider), "%s", fab.ep.prov);
 		snprintf(reg.where.fabric, sizeof(reg.where.fabric), "%s", fab.ep.fabric_name);
 		reg.where.flags = fab_key_len ? ULS_FAB_FLAG_KEY : 0;
+		/* Listed before the REG leaves: the client's CONNECT may follow the OFFER at
+		 * once, and another thread's progress may take it before this call returns
+		 * (it used to find no Ns, and the client waited 10 s for an ACCEPT). */
+		f = bind_conn(c, fd, HS_SRV_REG, &reg);
+		if (!f) {
+			snprintf(why, wlen, "fabric: no fabric (out of memory)");
+			r = -1;
+		}
 	}
 	pthread_mutex_unlock(&fab.mu);
 	if (r < 0)
@@ -250,17 +267,13 @@ enum uls_tp_answer fab_accept(struct uls_conn *c, int fd, char *why, size_t wlen
 	char said[64];
 	if (uls_fab_dir_register(&reg, uls_cfg.fabric_port, said, sizeof(said)) < 0) {
 		snprintf(why, wlen, "fabric: not registered (%s)", said);
-		return ULS_TP_DECLINED;
-	}
-	f = bind_conn(c, fd, HS_SRV_REG);
-	if (!f) {
-		snprintf(why, wlen, "fabric: no fabric (out of memory)");
+		/* No CONNECT can name an Ns the directory never had: back to how it was. */
+		uls_fabric_transport.destroy(c);
+		c->tp = &uls_kernel_transport;
+		atomic_store(&c->path, ULS_PATH_PENDING);
 		return ULS_TP_DECLINED;
 	}
 	pthread_mutex_lock(&fab.mu);
-	memcpy(f->ns, reg.where.ns, sizeof(f->ns));
-	f->tuple = reg.tuple;
-	f->hs_deadline = uls_now_ns() + hs_wait_ns();
 	/* A server busy accepting answers the CONNECTs of its earlier connections here too. */
 	fab_progress();
 	pthread_mutex_unlock(&fab.mu);
@@ -453,7 +466,8 @@ static void on_connect(const uint8_t *p, uint32_t len)
 	f->hs = HS_SRV_ACCEPTED;
 	f->hs_deadline = uls_now_ns() + hs_wait_ns();
 	fab_news(f);
-	uls_dbg("fabric: fd=%d CONNECT taken, ACCEPT sent", f->fd);
+	uls_dbg("fabric: fd=%d CONNECT taken, ACCEPT sent %llu ms into the handshake", f->fd,
+		(unsigned long long)((uls_now_ns() - f->hs_since) / 1000000u));
 }
 
 /* Client: an ACCEPT for the connection of tag, checked; ABORT when it fails. */
@@ -494,7 +508,8 @@ static void on_accept(uint64_t tag, const uint8_t *p, uint32_t len)
 	f->writes = fab.ep.writes && (m.flags & ULS_FAB_CF_WRITES);
 	f->hs = HS_CLI_ACCEPTED;
 	fab_news(f);
-	uls_dbg("fabric: fd=%d ACCEPT taken", f->fd);
+	uls_dbg("fabric: fd=%d ACCEPT taken %llu ms into the handshake", f->fd,
+		(unsigned long long)((uls_now_ns() - f->hs_since) / 1000000u));
 }
 
 /* Client: a DECLINE of its CONNECT (the nonce proves it answers this one). */
@@ -624,6 +639,8 @@ static int step_locked(struct fab_conn *f, int fd)
 		if (r < 0)
 			hs_fail(f, "fabric: %.70s", f->dq.why);
 		if (r == 1) {
+			uls_dbg("fabric: fd=%d the directory answered %llu ms into the handshake",
+				f->fd, (unsigned long long)((now - f->hs_since) / 1000000u));
 			uls_fab_dirq_fini(&f->dq);
 			send_connect(f);
 		}
