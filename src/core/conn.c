@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -276,11 +277,48 @@ void uls_conn_set_kernel(struct uls_conn *c, int fd, const char *reason)
 	uls_conn_log_path(c, fd);
 }
 
+/* Threads of this process on their way to an exec without ulsock; connections between
+ * their transport's choice and their descriptor's entry (conn.h: births and execs). */
+static _Atomic int exec_gate, births;
+
+void uls_conn_birth_begin(void)
+{
+	atomic_fetch_add(&births, 1); /* before all_off reads the gate: conn.h */
+}
+
+void uls_conn_birth_end(void)
+{
+	atomic_fetch_sub(&births, 1);
+}
+
+int uls_conn_exec_gate_close(uint64_t wait_ns)
+{
+	uint64_t until = uls_now_ns() + wait_ns;
+
+	/* Sequentially consistent, as the birth's count and its read of the gate: either the
+	 * birth sees the gate closed, or this thread sees the birth counted. */
+	atomic_fetch_add(&exec_gate, 1);
+	while (atomic_load(&births) != 0) {
+		if (uls_now_ns() >= until)
+			return -EBUSY;
+		struct timespec ts = {0, 50000};
+		nanosleep(&ts, NULL);
+	}
+	return 0;
+}
+
+void uls_conn_exec_gate_open(void)
+{
+	atomic_fetch_sub(&exec_gate, 1);
+}
+
 /* Why no connection of this process may leave kernel TCP, or NULL. */
 static const char *all_off(void)
 {
 	if (uls_cfg.disabled)
 		return "disabled by ULSOCK_DISABLE";
+	if (atomic_load(&exec_gate))
+		return "another thread was about to exec a program without ulsock";
 	return atomic_load(&uls_cfg.off_reason);
 }
 
@@ -537,8 +575,11 @@ void uls_conn_atfork_child(void)
 	uls_short_atfork_child();
 	void *parent_stats = uls_stat_atfork_child();
 
-	/* Only this thread exists in the child: the list needs no lock, mutexes a reset. */
+	/* Only this thread exists in the child: the list needs no lock, mutexes a reset; no
+	 * other thread's birth or exec goes on here. */
 	pthread_mutex_init(&list_mu, NULL);
+	atomic_store(&births, 0);
+	atomic_store(&exec_gate, 0);
 	uls_transports_atfork_child();
 	for (struct uls_conn *c = conn_list; c; c = c->next) {
 		struct ulsock_stat_rec *old = c->stat;

@@ -222,6 +222,20 @@ extern __thread int uls_peek_raw;
 int uls_conn_any_accelerated(void);
 
 /*
+ * Births and execs. A connection is being born from the moment its transport is chosen
+ * (connect or accept) until its descriptor's entry names it: a walk of the descriptor
+ * table (an exec's, handoff.c) cannot see it meanwhile. connect() and accept() bracket
+ * that stretch with birth_begin and birth_end; an exec into a program without ulsock
+ * closes the gate first, so that later births stay on kernel TCP, and waits for those
+ * under way to end (at most wait_ns: 0 when none is left, else -EBUSY). The gate opens
+ * again when the exec fails or the spawn returned.
+ */
+void uls_conn_birth_begin(void);
+void uls_conn_birth_end(void);
+int uls_conn_exec_gate_close(uint64_t wait_ns);
+void uls_conn_exec_gate_open(void);
+
+/*
  * Who else may hold a connection's socket (c->shared, any value but 0: it is shared).
  * STICKY: a process the library does not count (exec, spawn, popen, SCM_RIGHTS, a clone
  * in this memory): shared for good. FORK: fork children that the transport counts (its

@@ -129,15 +129,22 @@ static int revert_inherited(int all)
 	return failed ? -1 : 0;
 }
 
-char **uls_handoff_exec_env(char *const envp[], char **to_free, int all)
+/* This thread closed the exec gate (conn.h) for the exec it prepares. */
+static __thread int gate_held;
+
+/* How long an exec waits for the connections other threads are setting up to reach the
+ * descriptor table (their kernel connect included), before it keeps the library instead. */
+#define BIRTHS_WAIT_NS 500000000ull
+
+char **uls_handoff_exec_env(char *const envp[], char **to_free, int all, int gate)
 {
 	const char *lib = library_path(), *old = NULL;
 	size_t n = 0, k = 0;
 	char **env, *entry;
-	int at = -1;
+	int at = -1, born = 1;
 
 	*to_free = NULL;
-	if (!lib || !uls_conn_any_accelerated())
+	if (!lib)
 		return (char **)envp;
 	for (n = 0; envp && envp[n]; n++)
 		if (strncmp(envp[n], "LD_PRELOAD=", 11) == 0) {
@@ -146,8 +153,19 @@ char **uls_handoff_exec_env(char *const envp[], char **to_free, int all)
 		}
 	if (old && preload_has(old, lib))
 		return (char **)envp;
-	/* The preload was dropped: go back to TCP in place, else keep the library. */
-	if (revert_inherited(all) == 0)
+	/*
+	 * The preload was dropped. Another thread may be setting up a connection now that
+	 * the walk below would miss and the new program inherit, accelerated: no new one
+	 * leaves TCP from here, and those under way end first.
+	 */
+	if (gate && !gate_held) {
+		gate_held = 1;
+		born = uls_conn_exec_gate_close(BIRTHS_WAIT_NS) == 0;
+	}
+	if (!uls_conn_any_accelerated())
+		return (char **)envp;
+	/* Go back to TCP in place, else keep the library. */
+	if (born && revert_inherited(all) == 0)
 		return (char **)envp;
 	env = malloc((n + 2) * sizeof(*env));
 	entry = malloc(strlen(lib) + (old ? strlen(old) : 0) + 16);
@@ -167,9 +185,18 @@ char **uls_handoff_exec_env(char *const envp[], char **to_free, int all)
 	if (at < 0)
 		env[n++] = entry;
 	env[n] = NULL;
-	uls_warn("exec: LD_PRELOAD restored so that accelerated sockets keep working");
+	uls_warn("exec: LD_PRELOAD restored so that accelerated sockets keep working%s",
+		 born ? "" : " (another thread was still setting one up)");
 	*to_free = entry;
 	return env;
+}
+
+void uls_handoff_exec_end(void)
+{
+	if (gate_held) {
+		gate_held = 0;
+		uls_conn_exec_gate_open();
+	}
 }
 
 /* ---- stdio ---- */

@@ -35,7 +35,12 @@ void uls_handoff_received(const struct msghdr *msg);
  * array with the library in LD_PRELOAD, whose new entry is *to_free. The caller frees
  * both when the call returns (the array, not its other entries, which are envp's).
  */
-char **uls_handoff_exec_env(char *const envp[], char **to_free, int all);
+char **uls_handoff_exec_env(char *const envp[], char **to_free, int all, int gate);
+/* With gate, a program without the library also keeps other threads' new connections on
+ * kernel TCP from now on (conn.h, births and execs) until uls_handoff_exec_end, which the
+ * caller calls when the exec failed or the spawn returned. A vfork child passes 0: the
+ * gate is the parent's memory, which its successful exec would leave closed. */
+void uls_handoff_exec_end(void);
 /* fd is now descriptor 0, 1 or 2 (any other fd is ignored): stdio may meet it. Best
  * effort: a connection that cannot move yet stays accelerated (logged at debug). */
 void uls_handoff_stdio(int fd);

@@ -30,7 +30,7 @@
  */
 static char **exec_begin(char *const envp[], char **entry)
 {
-	char **env = uls_handoff_exec_env(envp, entry, 0);
+	char **env = uls_handoff_exec_env(envp, entry, 0, !uls_vfork_child());
 
 	if (uls_vfork_child())
 		uls_vfork_exec_prepare();
@@ -48,6 +48,7 @@ static void exec_failed(char *const envp[], char **env, char *entry)
 	int err = errno;
 
 	uls_transports_exec_failed();
+	uls_handoff_exec_end();
 	if (env != (char **)envp) {
 		free(entry);
 		free(env);
@@ -128,12 +129,13 @@ static int do_spawn(int search, pid_t *pid, const char *file,
 	int r;
 
 	uls_ensure_init();
-	env = uls_handoff_exec_env(envp, &entry, fa != NULL);
+	env = uls_handoff_exec_env(envp, &entry, fa != NULL, 1);
 	/* The child may inherit an epoll fd: no hidden registrations in it. */
 	uls_epoll_unshare();
 	uls_transports_exec_begin();
 	r = (search ? uls_libc.posix_spawnp : uls_libc.posix_spawn)(pid, file, fa, attr, argv, env);
 	uls_transports_exec_failed();
+	uls_handoff_exec_end(); /* the child has its descriptors: new connections are not its */
 	/* The child holds what it inherited: the last close is no longer this process's. */
 	if (r == 0)
 		uls_conn_mark_shared_all(ULS_SHARED_STICKY);

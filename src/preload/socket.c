@@ -94,7 +94,13 @@ ULS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 	    (addr->sa_family != AF_INET && addr->sa_family != AF_INET6))
 		return uls_libc.connect(fd, addr, len);
 	struct uls_conn_hints hints = {.sndbuf = e->sndbuf, .rcvbuf = e->rcvbuf};
+	/* Born until the entry names it, when a transport took it (conn.h): an exec's walk
+	 * of the table would miss it. One on kernel TCP is born at once. */
+	uls_conn_birth_begin();
 	c = uls_conn_connect_prepare(fd, addr, len, &hints);
+	int born = uls_conn_accelerated(c);
+	if (!born)
+		uls_conn_birth_end();
 	r = uls_libc.connect(fd, addr, len);
 	err = r < 0 ? errno : 0;
 	if (c)
@@ -108,6 +114,8 @@ ULS_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 		e->conn = c;
 		atomic_store(&e->kind, ULS_FD_CONN);
 	}
+	if (born)
+		uls_conn_birth_end();
 	errno = err;
 	return r;
 }
@@ -152,8 +160,10 @@ static int do_accept(int lfd, struct sockaddr *addr, socklen_t *len, int flags, 
 		atomic_store(&e->kind, ULS_FD_PLAIN);
 		return fd;
 	}
+	uls_conn_birth_begin(); /* as in connect */
 	c = uls_conn_accept(fd, (struct sockaddr *)&ss, sl);
 	if (!c) {
+		uls_conn_birth_end();
 		atomic_store(&e->kind, ULS_FD_PLAIN);
 		return fd;
 	}
@@ -162,6 +172,7 @@ static int do_accept(int lfd, struct sockaddr *addr, socklen_t *len, int flags, 
 		uls_conn_adopt_rcvlowat(c, fd, lowat);
 	e->conn = c;
 	atomic_store(&e->kind, ULS_FD_CONN);
+	uls_conn_birth_end();
 	return fd;
 }
 

@@ -8,6 +8,8 @@
 #include "calls_common.h"
 
 #include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <spawn.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
@@ -843,6 +845,157 @@ static void case_spawn_plain(CALLS_ARGS)
 	handover_peer(&p);
 }
 
+/* ---- exec while another thread connects ------------------------------------------------------ */
+
+#define ET_CONNS 16 /* connections the connecting thread makes, at most */
+
+struct et_state {
+	struct calls_addr to;
+	atomic_int made;
+};
+
+static void *et_connector(void *arg)
+{
+	struct et_state *s = arg;
+
+	for (int i = 0; i < ET_CONNS; i++) {
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+		CHECK(fd >= 0);
+		CHECK(connect(fd, (const struct sockaddr *)&s->to.ss, s->to.len) == 0);
+		atomic_fetch_add(&s->made, 1);
+	}
+	for (;;)
+		pause(); /* the exec ends it */
+}
+
+/*
+ * The image exec'd without the preload (case exec_threads_plain): every connection it
+ * inherited to the listener's port gets "x" and must answer "y", on kernel TCP at both
+ * ends whichever moment of its set-up the exec found it in.
+ */
+static void case_exec_threads_child(CALLS_ARGS)
+{
+	int fds[ET_CONNS + 8], n = 0;
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+	char c;
+
+	CHECK(argc >= 1);
+	int port = atoi(argv[0]);
+	CHECK(getenv("LD_PRELOAD") == NULL);
+	CHECK(d != NULL);
+	while ((de = readdir(d)) != NULL) {
+		struct calls_addr peer = {.len = sizeof(peer.ss)};
+		int fd = atoi(de->d_name);
+		if (de->d_name[0] < '0' || de->d_name[0] > '9' || fd == dirfd(d))
+			continue;
+		if (getpeername(fd, (struct sockaddr *)&peer.ss, &peer.len) != 0 ||
+		    peer.ss.ss_family != AF_INET || calls_addr_port(&peer) != port)
+			continue; /* not one of them, or still connecting when its thread ended */
+		CHECK(n < (int)(sizeof(fds) / sizeof(fds[0])));
+		fds[n++] = fd;
+	}
+	closedir(d);
+	CHECK(n >= 3);
+	for (int i = 0; i < n; i++)
+		calls_write_all(fds[i], "x", 1);
+	for (int i = 0; i < n; i++) {
+		calls_read_exact(fds[i], &c, 1);
+		CHECK_EQ(c, 'y');
+		CHECK(close(fds[i]) == 0);
+	}
+}
+
+/* The client starts the new program with posix_spawn and waits for it, not execve. */
+static int et_spawn;
+
+/*
+ * exec of a program without the preload while another thread of the process connects: a
+ * connection that thread sets up while the exec looks at the descriptors must not reach
+ * the new program accelerated (ulsock keeps new ones on TCP from the exec's start, and
+ * waits for those under way). The server answers each "x" with "y" until the client is
+ * gone.
+ */
+static void exec_threads_case(void)
+{
+	static struct et_state s;
+	struct pollfd pf[ET_CONNS + 9];
+	int lfd = calls_listen(AF_INET, &s.to, NULL), n = 0, answered = 0, open = 0;
+	pid_t child = fork();
+
+	CHECK(child >= 0);
+	if (child == 0) {
+		char num[16];
+		char *args[] = {"calls_fdlife", "exec_threads_child", num, NULL};
+		pthread_t t;
+		calls_child_setup();
+		close(lfd);
+		CHECK(pthread_create(&t, NULL, et_connector, &s) == 0);
+		while (atomic_load(&s.made) < 3)
+			usleep(100);
+		snprintf(num, sizeof(num), "%d", calls_addr_port(&s.to));
+		if (et_spawn) {
+			pid_t pid;
+			int st;
+			CHECK(posix_spawn(&pid, "/proc/self/exe", NULL, NULL, args,
+					  calls_env_without_preload()) == 0);
+			CHECK(waitpid(pid, &st, 0) == pid);
+			CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+			_exit(0); /* the connector thread with it; the sockets close */
+		}
+		execve("/proc/self/exe", args, calls_env_without_preload());
+		calls_fail(__FILE__, __LINE__, "execve", errno);
+	}
+	calls_set_nonblock(lfd, 1);
+	pf[n++] = (struct pollfd){.fd = lfd, .events = POLLIN};
+	for (int reaped = 0; !reaped || open > 0;) {
+		int st;
+		if (!reaped && waitpid(child, &st, WNOHANG) == child) {
+			CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+			reaped = 1;
+		}
+		CHECK(poll(pf, (nfds_t)n, 50) >= 0);
+		for (int i = 1; i < n; i++) {
+			char c;
+			if (pf[i].fd < 0 || !(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
+			ssize_t r = read(pf[i].fd, &c, 1);
+			if (r == 1) {
+				CHECK_EQ(c, 'x');
+				calls_write_all(pf[i].fd, "y", 1);
+				answered++;
+			} else if (r == 0 || (r < 0 && errno == ECONNRESET)) {
+				close(pf[i].fd);
+				pf[i].fd = -1;
+				open--;
+			} else {
+				CHECK(errno == EAGAIN || errno == EINTR);
+			}
+		}
+		if (pf[0].revents & POLLIN) {
+			int fd = accept(lfd, NULL, NULL);
+			if (fd >= 0) {
+				CHECK(n < (int)(sizeof(pf) / sizeof(pf[0])));
+				pf[n++] = (struct pollfd){.fd = fd, .events = POLLIN};
+				open++;
+			}
+		}
+	}
+	CHECK(answered >= 3);
+	close(lfd);
+}
+
+static void case_exec_threads_plain(CALLS_ARGS)
+{
+	exec_threads_case();
+}
+
+static void case_spawn_threads_plain(CALLS_ARGS)
+{
+	et_spawn = 1;
+	exec_threads_case();
+}
+
 static const struct calls_case cases[] = {
 	{"dup", case_dup},
 	{"dup2", case_dup2},
@@ -864,6 +1017,9 @@ static const struct calls_case cases[] = {
 	{"spawn_shared", case_spawn_shared},
 	{"spawn_plain", case_spawn_plain},
 	{"spawn_writer", case_spawn_writer},
+	{"exec_threads_plain", case_exec_threads_plain},
+	{"spawn_threads_plain", case_spawn_threads_plain},
+	{"exec_threads_child", case_exec_threads_child},
 	{NULL, NULL},
 };
 

@@ -25,8 +25,12 @@ CASES = {
     "accept4": "SOCK_NONBLOCK|SOCK_CLOEXEC honoured, peer address filled, EINVAL; accept() blocking",
     "spawn_shared": "a posix_spawn child sends on the parent's socket at the same time: no record torn",
     "spawn_plain": "socket handed to a posix_spawn child whose environment drops LD_PRELOAD",
+    "exec_threads_plain": "exec without LD_PRELOAD while another thread connects: every "
+                          "connection the new image inherits answers on kernel TCP",
+    "spawn_threads_plain": "the same with posix_spawn (the spawner waits for the child)",
 }
-INTERNAL = ["exec_child", "scm_receiver", "scm_receiver_mmsg", "spawn_writer"]
+INTERNAL = ["exec_child", "exec_threads_child", "scm_receiver", "scm_receiver_mmsg",
+            "spawn_writer"]
 
 
 test_case_list = case_list_test(HELPER, CASES, INTERNAL)
