@@ -162,9 +162,10 @@ char **uls_handoff_exec_env(char *const envp[], char **to_free, int all, int gat
 		gate_held = 1;
 		born = uls_conn_exec_gate_close(BIRTHS_WAIT_NS) == 0;
 	}
-	if (!uls_conn_any_accelerated())
+	/* Go back to TCP in place, else keep the library (also when a birth did not end in
+	 * time: it may become accelerated after any look here). */
+	if (born && !uls_conn_any_accelerated())
 		return (char **)envp;
-	/* Go back to TCP in place, else keep the library. */
 	if (born && revert_inherited(all) == 0)
 		return (char **)envp;
 	env = malloc((n + 2) * sizeof(*env));
