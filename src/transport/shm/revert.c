@@ -42,6 +42,8 @@ static uint64_t tcp_consumed(struct uls_conn *c)
 #define REVERT_IO_MS 5000
 /* How long a revert waits for the peer's own call before it acts for an idle peer. */
 #define ASSIST_AFTER_NS 50000000u
+/* How long a revert yields the processor, not napping, while it waits for the peer. */
+#define YIELD_NS 200000u
 /* How long one such act waits for this side's readers of wake-ups to finish. */
 #define ASSIST_READERS_NS 1000000u
 
@@ -431,13 +433,17 @@ static int revert(struct uls_conn *c, int fd, int timeout_ms, int try)
 	int pfd = -1;
 	struct uls_conn *local = uls_conn_local_peer(c, &pfd);
 	uint64_t assist_at = uls_now_ns() + ASSIST_AFTER_NS;
-	/* A peer woken in a receive answers in a few hundred microseconds: the naps grow
-	 * from 20 us to 1 ms (a fixed 1 ms nap made a move back cost 1.2 ms, uls-handoff). */
+	/* A peer woken in a receive has mostly left its read of wake-ups by now (tx_revert
+	 * waited for that, close_tokens) and answers soon: this thread yields for the first
+	 * YIELD_NS rather than nap (one 20 us nap took 250 us here, timer slack and the
+	 * scheduler), then naps from 20 us doubling to 1 ms (a fixed 1 ms nap made a move
+	 * back cost 1.2 ms, uls-handoff). */
+	uint64_t yield_until = uls_now_ns() + YIELD_NS;
 	long nap_ns = 20000;
 	while (!atomic_load_explicit(&s->peer->tx_reverted, memory_order_acquire)) {
 		struct timespec ts = {0, nap_ns};
-		nap_ns = nap_ns < 500000 ? nap_ns * 2 : 1000000;
-		if (uls_now_ns() >= deadline || atomic_load(&c->broken)) {
+		uint64_t now = uls_now_ns();
+		if (now >= deadline || atomic_load(&c->broken)) {
 			r = -ETIMEDOUT;
 			goto out_rx;
 		}
@@ -446,8 +452,13 @@ static int revert(struct uls_conn *c, int fd, int timeout_ms, int try)
 			uls_conn_unhold(local);
 		}
 		/* A peer that makes no call has its direction moved for it, when it can. */
-		if (uls_now_ns() >= assist_at && assist_idle_peer(c, fd))
+		if (now >= assist_at && assist_idle_peer(c, fd))
 			break;
+		if (now < yield_until) {
+			sched_yield();
+			continue;
+		}
+		nap_ns = nap_ns < 500000 ? nap_ns * 2 : 1000000;
 		nanosleep(&ts, NULL);
 	}
 	r = uls_revert_rx_back(c, fd, 0);
