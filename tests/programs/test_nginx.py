@@ -224,6 +224,19 @@ def assert_fast_path_served(server_end, client_end, nginx, unread):
         served[r["remote_port"]].add(r["connection"])
     assert served, "nginx logged no request"
     kept = short_kept(client_end)
+    # A connection the client never decided (it exited first, above) had its offer
+    # withdrawn at the client's exit, which may come before the kernel closes its sockets:
+    # a server that accepts in between finds no offer and says so, not CLOSED_FIRST
+    # (fresh machine, 2026-12-07: 7 such; here 1 run in 12). Such decisions count for the
+    # undecided connections, `unread` of them at most.
+    decided = collections.Counter(port_of(c["local"]) for c in client_end.connections())
+    undecided = {p: len(conns) - decided[p] for p, conns in served.items()
+                 if len(conns) > decided[p]}
+    budget = unread
+    for p in sorted(undecided):
+        take = min(undecided[p], budget)
+        kept[p] += take
+        budget -= take
     for end, own, allowed, excused in ((server_end, "peer", 0, NO_SEGMENT_REASONS),
                                        (client_end, "local", unread, (SHORT_KEPT,))):
         shm = collections.Counter(port_of(c[own]) for c in end.connections()
