@@ -444,9 +444,15 @@ static inline int fab_handshaking(const struct fab_conn *f)
  * that is slow to answer (its program sleeps, or it never runs ulsock) costs this side
  * a few hundred wake-ups over the whole wait, not one a millisecond.
  */
+/* Milliseconds since f's handshake began, at now. */
+static inline unsigned long long fab_hs_age_ms(const struct fab_conn *f, uint64_t now)
+{
+	return now > f->hs_since ? (now - f->hs_since) / 1000000u : 0;
+}
+
 static inline uint32_t fab_hs_nap_ms(const struct fab_conn *f, uint64_t now)
 {
-	uint64_t age_ms = now > f->hs_since ? (now - f->hs_since) / 1000000u : 0;
+	uint64_t age_ms = fab_hs_age_ms(f, now);
 
 	if (age_ms < 100)
 		return 1;

@@ -1276,7 +1276,7 @@ static void fab_closing(struct uls_conn *c, int fd)
 	pthread_mutex_lock(&fab.mu);
 	if (!on_tcp(c) && f->hs != HS_DONE && f->hs != HS_FAILED)
 		uls_dbg("fabric: fd=%d closed %llu ms into its handshake: %s", fd,
-			(unsigned long long)((uls_now_ns() - f->hs_since) / 1000000u), hs_stage(f));
+			fab_hs_age_ms(f, uls_now_ns()), hs_stage(f));
 	if (!on_tcp(c) && !f->orphan) {
 		if (f->tx_sw && !f->err) {
 			/* After a FIN of shutdown: the CLOSE one still says the holder left. */

@@ -467,7 +467,7 @@ static void on_connect(const uint8_t *p, uint32_t len)
 	f->hs_deadline = uls_now_ns() + hs_wait_ns();
 	fab_news(f);
 	uls_dbg("fabric: fd=%d CONNECT taken, ACCEPT sent %llu ms into the handshake", f->fd,
-		(unsigned long long)((uls_now_ns() - f->hs_since) / 1000000u));
+		fab_hs_age_ms(f, uls_now_ns()));
 }
 
 /* Client: an ACCEPT for the connection of tag, checked; ABORT when it fails. */
@@ -509,7 +509,7 @@ static void on_accept(uint64_t tag, const uint8_t *p, uint32_t len)
 	f->hs = HS_CLI_ACCEPTED;
 	fab_news(f);
 	uls_dbg("fabric: fd=%d ACCEPT taken %llu ms into the handshake", f->fd,
-		(unsigned long long)((uls_now_ns() - f->hs_since) / 1000000u));
+		fab_hs_age_ms(f, uls_now_ns()));
 }
 
 /* Client: a DECLINE of its CONNECT (the nonce proves it answers this one). */
@@ -640,7 +640,7 @@ static int step_locked(struct fab_conn *f, int fd)
 			hs_fail(f, "fabric: %.70s", f->dq.why);
 		if (r == 1) {
 			uls_dbg("fabric: fd=%d the directory answered %llu ms into the handshake",
-				f->fd, (unsigned long long)((now - f->hs_since) / 1000000u));
+				f->fd, fab_hs_age_ms(f, now));
 			uls_fab_dirq_fini(&f->dq);
 			send_connect(f);
 		}
