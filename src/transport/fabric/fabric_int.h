@@ -73,6 +73,8 @@ struct fab_conn {
 	uint32_t tx_seq;
 	uint32_t tx_flight;  /* sends posted, not completed */
 	int fin_sent;
+	int close_sent;      /* a FIN with CLOSE went: the peer answers it with TAKEN (9.8) */
+	int taken;           /* ...and did: every byte before it arrived there */
 	int fin_tcp;         /* after a move back, the kernel's shutdown said it on TCP too */
 
 	/* Receiving. */
@@ -336,12 +338,19 @@ ssize_t fab_offer_into(struct fab_conn *f, void *base, size_t n);
 /* Copies every offer into the receive buffer: 0, or -errno (the connection is reset). */
 int fab_offer_pull_all(struct fab_conn *f);
 /* Marks f to take its offers after the current dispatch, then to answer the peer's
- * REVERT (rev), or to send TAKEN: 1 when marked, 0 when there is nothing to do (no
- * offer before a REVERT, no READS before a FIN with CLOSE). */
+ * REVERT (rev), or to send TAKEN after a FIN with CLOSE: 1 when marked, 0 when there is
+ * nothing to do (no offer before a REVERT). */
 int fab_pull_later(struct fab_conn *f, int rev);
 void fab_run_pulls(void);
 /* Bytes offered that the peer has neither taken nor returned. */
 int fab_offers_untaken(const struct fab_conn *f);
+/* A FIN with CLOSE sent that the peer, still there, has not answered with TAKEN (9.8). */
+int fab_fin_untaken(const struct fab_conn *f);
+/* io.c: f, unlisted with its FIN unanswered, is awaited at the exit by its tag; a late
+ * TAKEN (or the peer's own FIN with CLOSE) for that tag ends the wait. */
+void fab_untaken_note(const struct fab_conn *f);
+void fab_untaken_late(uint64_t tag, uint8_t type, const uint8_t *p, uint32_t len);
+void fab_untaken_pair_failed(fi_addr_t peer);
 /* The connection ends: txbuf and its registration go, or linger while the peer may still
  * read them; the peer's offers are forgotten. */
 void fab_offer_release(struct fab_conn *f);

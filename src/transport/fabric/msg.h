@@ -65,7 +65,7 @@ enum uls_fab_type {
 	ULS_FAB_REVERT = 0x15, /* also handshake class, toward a TAKEOVER's sender */
 	ULS_FAB_RESET = 0x16,
 	ULS_FAB_AVAIL = 0x17, /* stream bytes the receiver reads from the sender's memory */
-	ULS_FAB_TAKEN = 0x18, /* ...copied out of it, up to a position */
+	ULS_FAB_TAKEN = 0x18, /* the answer to a FIN with CLOSE: everything before it came */
 	ULS_FAB_RING = 0x19,  /* the receive ring the peer may write the stream into */
 	ULS_FAB_WROTE = 0x1a, /* stream bytes the sender wrote into the receiver's ring */
 	ULS_FAB_LEND = 0x1b,  /* an AVAIL of the program's own memory, for one send's time */
@@ -193,7 +193,8 @@ struct uls_fab_reset {
 /*
  * AVAIL (9.6): the next len bytes of the sender's stream lie at addr in its memory,
  * registered under key, and the 8 bytes at guard_addr (same key) hold guard while they
- * do. TAKEN: the receiver copied every offered byte before fabric position pos.
+ * do. TAKEN answers a FIN with CLOSE (9.8): every byte before fabric position pos
+ * arrived, offered bytes copied out of the sender's memory.
  */
 struct uls_fab_avail {
 	uint32_t len;

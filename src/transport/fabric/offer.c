@@ -294,10 +294,10 @@ void fab_taken_arrival(struct fab_conn *f, const uint8_t *p, uint32_t len)
 {
 	struct uls_fab_taken t;
 
-	if (!f->reads || uls_fab_taken_parse(&t, p, len) < 0 || t.pos > f->tx_fab ||
-	    t.pos < f->peer_taken)
+	if (uls_fab_taken_parse(&t, p, len) < 0 || t.pos > f->tx_fab || t.pos < f->peer_taken)
 		return fab_violation(f, "TAKEN");
 	f->peer_taken = t.pos;
+	f->taken = 1;
 }
 
 struct fab_offer *fab_offer_at(struct fab_conn *f, uint64_t pos)
@@ -427,9 +427,9 @@ ssize_t fab_offer_into(struct fab_conn *f, void *base, size_t n)
 
 int fab_pull_later(struct fab_conn *f, int rev)
 {
-	/* A REVERT with nothing to copy is answered at once; a closing sender that offered
-	 * waits for TAKEN even when every offer was read already. */
-	if (rev ? !f->off_n : !f->reads)
+	/* A REVERT with nothing to copy is answered at once; a FIN with CLOSE always gets
+	 * its TAKEN (9.8), after the offers it leaves behind are copied (9.6). */
+	if (rev && !f->off_n)
 		return 0;
 	f->pull = 1;
 	f->rev_due |= rev;
@@ -459,7 +459,9 @@ void fab_run_pulls(void)
 				struct uls_fab_taken t = {.pos = f->rx_in};
 				uint8_t p[ULS_FAB_TAKEN_SIZE];
 				uls_fab_taken_pack(&t, p);
-				fab_send_ctl(f, ULS_FAB_TAKEN, p, sizeof(p));
+				if (fab_send_ctl(f, ULS_FAB_TAKEN, p, sizeof(p)) == 0)
+					uls_dbg("fabric: fd=%d FIN with CLOSE answered: TAKEN at %llu",
+						f->fd, (unsigned long long)t.pos);
 			}
 			fab_news(f);
 		}
@@ -472,6 +474,13 @@ int fab_offers_untaken(const struct fab_conn *f)
 	uint64_t done = f->peer_taken > f->tx_ret ? f->peer_taken : f->tx_ret;
 
 	return f->tx_mr && f->offered_end > done && !f->peer_rev && !f->err;
+}
+
+int fab_fin_untaken(const struct fab_conn *f)
+{
+	/* A peer that closed or died, or moved back, answers no more. */
+	return f->close_sent && !f->taken && !f->err && !f->peer_closed && !f->tcp_end &&
+	       !f->peer_rev && !f->orphan;
 }
 
 void fab_offer_release(struct fab_conn *f)

@@ -1014,6 +1014,7 @@ static void rx_done(struct fab_op *op, size_t len, fi_addr_t src)
 				/* An unknown tag is a closed connection's late message: dropped
 				 * (its lingering ring, the sender's, may go with it). */
 				fab_ring_late(h.tag, h.type, fab.ep.source ? src : FI_ADDR_UNSPEC);
+				fab_untaken_late(h.tag, h.type, slot + FAB_HDR, h.len);
 			}
 		}
 	}
@@ -1072,6 +1073,7 @@ static void tx_done(struct fab_op *op, int err)
 		return;
 	/* The pair failed (9.8): every connection to that peer ends. */
 	fab_ring_pair_failed(op->dest);
+	fab_untaken_pair_failed(op->dest);
 	for (f = fab.conns; f; f = f->next)
 		if (f->peer == op->dest && (f->hs == HS_DONE || f->hs == HS_SRV_ACCEPTED) &&
 		    !f->err) {

@@ -205,8 +205,11 @@ void fab_unlist(struct fab_conn *f)
 			fab.nconns--;
 			break;
 		}
-	if (f->tag)
+	if (f->tag) {
+		if (fab_fin_untaken(f))
+			fab_untaken_note(f);
 		fab_tag_del(f);
+	}
 	f->tag = 0;
 }
 
