@@ -1467,8 +1467,9 @@ static void fab_exec_begin(void)
 
 /*
  * FINs with CLOSE that connections closed earlier still wait to see answered: their tags
- * and since when (fab.mu held throughout). Only the exit waits for them (fab_last_words);
- * a close returns once its sends are out, and the process keeps the provider's sockets.
+ * and since when (fab.mu held, but for the exit's first look, which only counts them).
+ * Only the exit waits for them (fab_last_words); a close returns once its sends are out,
+ * and the process keeps the provider's sockets.
  */
 #define UNTAKEN_MAX 64
 #define EXIT_WAIT_MS 500 /* the exit's, for sends, offers' copies and answers */
