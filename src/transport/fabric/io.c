@@ -466,6 +466,14 @@ static ssize_t fabric_pass(struct fab_conn *f, struct msghdr *msg, size_t done, 
 	return -EAGAIN;
 }
 
+/* TCP's end (or an error) has come on fd, after whatever is still queued before it. */
+static int tcp_ended(int fd)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+
+	return uls_libc.poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 /* The TCP part: what is before the peer's switch position; as the kernel's recv. */
 static ssize_t tcp_pass(struct uls_conn *c, struct fab_conn *f, int fd, struct msghdr *msg,
 			size_t done, size_t total, int flags)
@@ -478,8 +486,20 @@ static ssize_t tcp_pass(struct uls_conn *c, struct fab_conn *f, int fd, struct m
 		pthread_mutex_lock(&fab.mu);
 		int clear = fab_wakes_skipped(f, uls_conn_fd(c, fd));
 		pthread_mutex_unlock(&fab.mu);
-		if (!clear)
+		if (!clear && !tcp_ended(uls_conn_fd(c, fd)))
 			return -EAGAIN; /* the peer's data follows wake-up bytes still on their way */
+		if (!clear) {
+			/* TCP ended before the wake-ups the peer's REVERT counted: a peer that
+			 * lied, its connection reset (no wait on a readable end for ever). What
+			 * came before the end is read first. */
+			pthread_mutex_lock(&fab.mu);
+			if (!fab_wakes_skipped(f, uls_conn_fd(c, fd)))
+				fab_violation(f, "revert: wake-ups missing at the end of TCP");
+			clear = !f->err;
+			pthread_mutex_unlock(&fab.mu);
+			if (!clear)
+				return -ECONNRESET;
+		}
 	}
 	/* Until the peer's SWITCH is here nothing bounds the read, and nothing needs to:
 	 * past its switch position the peer's TCP carries bytes only after this side asked
@@ -560,7 +580,11 @@ static ssize_t recv_waits(struct uls_conn *c, struct fab_conn *f, int fd, struct
 				fab_progress();
 				w->gen = atomic_load(&f->gen);
 				int wait = !f->peer_sw && switch_may_come(f) && !f->err;
-				int bad = f->peer_sw && !rx_on_fabric(f) && f->peer_sw_pos != UINT64_MAX;
+				/* Cut short: TCP ended before the peer's switch position. After the
+				 * peer moved back and its fabric stream was read, TCP's end is the
+				 * end (an exec's close of a connection it moved back first). */
+				int bad = f->peer_sw && f->peer_sw_pos != UINT64_MAX &&
+					  __atomic_load_n(&f->rx_tcp, __ATOMIC_RELAXED) < f->peer_sw_pos;
 				pthread_mutex_unlock(&fab.mu);
 				if (rx_on_fabric(f))
 					continue;
@@ -1398,11 +1422,39 @@ static void fab_atfork_child(void)
 	}
 }
 
+/* Moves a connection back unless another thread holds its locks (a blocked recv, say):
+ * then -EDEADLK at once, where waiting could wait for ever. */
+static int revert_unless_busy(struct uls_conn *c, int fd)
+{
+	struct fab_conn *f = fab_of(c);
+	int r = -EDEADLK;
+
+	if (pthread_mutex_trylock(&f->tx_mu) == 0) {
+		if (pthread_mutex_trylock(&f->rx_mu) == 0) {
+			r = on_tcp(c) ? 0 : revert_locked(c, f, fd, 2000);
+			pthread_mutex_unlock(&f->rx_mu);
+		}
+		pthread_mutex_unlock(&f->tx_mu);
+	}
+	return r;
+}
+
 /*
  * Every fabric connection among the process's descriptors moves back to TCP in place,
- * for what: "exec" (only those the new image inherits: not close-on-exec; each waits for
- * its locks) or "fork" (all of them, but one whose locks another thread holds at that
- * moment, in a blocked recv say, stays the parent's: -EDEADLK). A failure is logged.
+ * for what: "exec" or "fork". A failure is logged.
+ *
+ * fork: all of them, but one whose locks another thread holds at that moment stays the
+ * parent's (-EDEADLK).
+ *
+ * exec: those the new image inherits, each waiting for its locks; and the close-on-exec
+ * ones, which the exec would end with no FIN on the fabric (the endpoint goes with the
+ * image): their peers would read ECONNRESET after the last byte where kernel TCP gives
+ * the end of the stream (a Python server's sockets are close-on-exec). Moved back, the
+ * exec's close of the kernel socket is the end, and an exec that fails leaves them
+ * working, on TCP. The peer answers once it holds every fabric byte (9.10), so the
+ * endpoint may go with the image. A close-on-exec one that another thread is blocked on
+ * stays (the exec must not wait for that thread, which it ends), as does a fork child's
+ * copy: the exec closes only the copy, and the parent's connection goes on.
  */
 static void revert_all(int exec)
 {
@@ -1413,30 +1465,32 @@ static void revert_all(int exec)
 		if (!c || c->tp != &uls_fabric_transport || on_tcp(c))
 			continue;
 		int r;
-		if (exec) {
-			int fl = uls_libc.fcntl(fd, F_GETFD);
-			if (fl < 0 || (fl & FD_CLOEXEC))
-				continue;
-			r = fab_revert(c, fd, 2000);
-		} else {
-			struct fab_conn *f = fab_of(c);
-			r = -EDEADLK;
-			if (pthread_mutex_trylock(&f->tx_mu) == 0) {
-				if (pthread_mutex_trylock(&f->rx_mu) == 0) {
-					r = on_tcp(c) ? 0 : revert_locked(c, f, fd, 2000);
-					pthread_mutex_unlock(&f->rx_mu);
-				}
-				pthread_mutex_unlock(&f->tx_mu);
-			}
+		if (!exec) {
+			r = revert_unless_busy(c, fd);
 			/* -EBUSY: a handshake under way, which a child's copy never completes. */
 			if (r == -EBUSY)
 				continue;
+			if (r < 0)
+				uls_warn("fork: fd=%d stays on the fabric, the parent's only: %s", fd,
+					 strerror(-r));
+			continue;
 		}
-		if (r < 0 && exec)
-			uls_warn("exec: fd=%d could not move back to kernel TCP: %s", fd, strerror(-r));
+		int fl = uls_libc.fcntl(fd, F_GETFD);
+		if (fl < 0)
+			continue;
+		if (!(fl & FD_CLOEXEC)) {
+			r = fab_revert(c, fd, 2000);
+		} else {
+			if (fab_of(c)->orphan || fab.pid != uls_pid())
+				continue;
+			r = revert_unless_busy(c, fd);
+		}
+		if (r == -EDEADLK)
+			uls_warn("exec: fd=%d is in another thread's call: the exec ends it on the "
+				 "fabric without a FIN (its peer reads ECONNRESET after what came on "
+				 "the fabric)", fd);
 		else if (r < 0)
-			uls_warn("fork: fd=%d stays on the fabric, the parent's only: %s", fd,
-				 strerror(-r));
+			uls_warn("exec: fd=%d could not move back to kernel TCP: %s", fd, strerror(-r));
 	}
 }
 
