@@ -54,11 +54,11 @@ void uls_transports_exit(void)
 			(*t)->process_exit();
 }
 
-void uls_transports_exec_begin(void)
+void uls_transports_exec_begin(int spawn)
 {
 	EACH(t)
 		if ((*t)->exec_begin)
-			(*t)->exec_begin();
+			(*t)->exec_begin(spawn);
 }
 
 void uls_transports_exec_failed(void)

@@ -177,7 +177,9 @@ struct uls_transport_ops {
 	void (*uid_changed)(void);  /* the process's user changed (setuid and friends) */
 	void (*fork_prepare)(void); /* before a fork, in the forking thread */
 	void (*atfork_child)(void); /* in the child of a fork, its only thread */
-	void (*exec_begin)(void);   /* before an exec, which may fail: */
+	/* Before an exec, which may fail; spawn: posix_spawn's, where this process goes on
+	 * and only the child runs the new program. */
+	void (*exec_begin)(int spawn);
 	void (*exec_failed)(void);  /* ...and after one that did */
 	/* The program's sigaction for a signal the transport keeps (SIGBUS for shared
 	 * memory): 0 when it handled the call (*ret is the result), -1 otherwise. */
@@ -205,7 +207,7 @@ int uls_transports_fd_shortage(void);
 void uls_transports_uid_changed(void);
 void uls_transports_fork_prepare(void);
 void uls_transports_atfork_child(void);
-void uls_transports_exec_begin(void);
+void uls_transports_exec_begin(int spawn);
 void uls_transports_exec_failed(void);
 void uls_transports_exit(void);
 /* The first wait descriptor of a transport of the table (wait_fd), or -1. */

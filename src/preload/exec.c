@@ -38,7 +38,7 @@ static char **exec_begin(char *const envp[], char **entry)
 		uls_epoll_unshare();
 		uls_bell_unname(); /* the new program has none of the bells */
 	}
-	uls_transports_exec_begin();
+	uls_transports_exec_begin(0);
 	return env;
 }
 
@@ -132,7 +132,7 @@ static int do_spawn(int search, pid_t *pid, const char *file,
 	env = uls_handoff_exec_env(envp, &entry, fa != NULL, 1);
 	/* The child may inherit an epoll fd: no hidden registrations in it. */
 	uls_epoll_unshare();
-	uls_transports_exec_begin();
+	uls_transports_exec_begin(1);
 	r = (search ? uls_libc.posix_spawnp : uls_libc.posix_spawn)(pid, file, fa, attr, argv, env);
 	uls_transports_exec_failed();
 	uls_handoff_exec_end(); /* the child has its descriptors: new connections are not its */

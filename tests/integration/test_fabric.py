@@ -769,6 +769,54 @@ def test_exec_beside_blocked_recv(hosts):
         assert end == "b''", client.describe()
 
 
+SPAWN_SERVER = r"""
+import hashlib, select, socket, subprocess, sys
+n = int(sys.argv[2])
+subprocess._USE_POSIX_SPAWN = sys.argv[3] == "posix_spawn"  # else vfork
+ls = socket.socket(); ls.bind((sys.argv[1], 0)); ls.listen(1)
+print("READY port=%d" % ls.getsockname()[1], flush=True)
+c, _ = ls.accept()
+select.select([c], [], [], 1.5)        # the handshake ends meanwhile (poll naps)
+data = bytes((i * 7 + (i >> 13)) & 255 for i in range(n))
+c.sendall(data[:n // 2])
+subprocess.run(["/bin/true"], check=True, close_fds=False)  # c: close-on-exec
+c.sendall(data[n // 2:])
+print("SENT sha=%s" % hashlib.sha256(data).hexdigest(), flush=True)
+c.close()
+c, _ = ls.accept()                     # a connection after the spawn: the endpoint works
+select.select([c], [], [], 1.5)
+c.sendall(data)
+c.close()
+"""
+
+@pytest.mark.parametrize("provider", [PROVIDER, "shm"])
+@pytest.mark.parametrize("how", ["posix_spawn", "vfork"])
+def test_spawn_keeps_fabric(uls, netns, provider, how):
+    """A server runs a program in the middle of a 4 MiB reply (Python's subprocess, with
+    posix_spawn, or with vfork and an exec in the child, which runs in the server's
+    memory), its socket close-on-exec: the child's exec closes only its copy, so the
+    server's connection stays on the fabric, and the client reads every byte, then EOF;
+    a new client's connection after it takes the fabric too. An exec moves close-on-exec
+    connections back to TCP only in the process that owns them (the first cut of that
+    moved them back at posix_spawn too), and only an exec takes the endpoint's name."""
+    hosts = Hosts(uls, netns, provider=provider)
+    n = 4 << 20
+    server, client = _py_pair(hosts, SPAWN_SERVER, [str(n), how], EXIT_CLIENT, [])
+    port = re.search(r"READY port=(\d+)", server.output())[1]
+    client2 = hosts.uls.run([sys.executable, "-c", EXIT_CLIENT, hosts.saddr, port],
+                            name="client2", env=hosts.env, wrap=hosts.c.prefix)
+    server.wait()
+    sent = re.search(r"SENT sha=(\w+)", server.output())[1]
+    for cl in (client, client2):
+        assert f"GOT n={n} sha={sent}" in cl.output(), cl.describe()
+    if "path=fabric" in server.log_text():
+        assert "left the fast path" not in server.log_text(), server.describe()
+        assert "left the fast path" not in client.log_text(), client.describe()
+        fab = re.search(r"received \d+ on TCP and (\d+) on the fabric", client.log_text())
+        assert fab and int(fab[1]) > n // 2, client.describe()
+        assert "path=fabric" in client2.log_text(), client2.describe()
+
+
 @pytest.mark.parametrize("provider", ["shm", PROVIDER])
 def test_close_unread_offers(uls, netns, provider):
     """On shm, a sender offers 1 MiB (protocol.md 9.6), closes and lives on, while the

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -1439,24 +1440,31 @@ static int revert_unless_busy(struct uls_conn *c, int fd)
 	return r;
 }
 
+enum revert_why { FOR_FORK, FOR_EXEC, FOR_SPAWN };
+
 /*
- * Every fabric connection among the process's descriptors moves back to TCP in place,
- * for what: "exec" or "fork". A failure is logged.
+ * Fabric connections among the process's descriptors move back to TCP in place, before:
  *
- * fork: all of them, but one whose locks another thread holds at that moment stays the
- * parent's (-EDEADLK).
+ * FOR_FORK: all of them, but one whose locks another thread holds at that moment stays
+ * the parent's (-EDEADLK).
  *
- * exec: those the new image inherits, each waiting for its locks; and the close-on-exec
- * ones, which the exec would end with no FIN on the fabric (the endpoint goes with the
- * image): their peers would read ECONNRESET after the last byte where kernel TCP gives
- * the end of the stream (a Python server's sockets are close-on-exec). Moved back, the
- * exec's close of the kernel socket is the end, and an exec that fails leaves them
- * working, on TCP. The peer answers once it holds every fabric byte (9.10), so the
- * endpoint may go with the image. A close-on-exec one that another thread is blocked on
- * stays (the exec must not wait for that thread, which it ends), as does a fork child's
- * copy: the exec closes only the copy, and the parent's connection goes on.
+ * FOR_SPAWN (posix_spawn, this process goes on): those the child inherits, each waiting
+ * for its locks.
+ *
+ * FOR_EXEC: those the new image inherits, each waiting for its locks; and the
+ * close-on-exec ones, which the exec would end with no FIN on the fabric (the endpoint
+ * goes with the image): their peers would read ECONNRESET after the last byte where
+ * kernel TCP gives the end of the stream (a Python server's sockets are close-on-exec).
+ * Moved back, the exec's close of the kernel socket is the end, and an exec that fails
+ * leaves them working, on TCP. The peer answers once it holds every fabric byte (9.10),
+ * so the endpoint may go with the image. A close-on-exec one that another thread is
+ * blocked on stays (the exec must not wait for that thread, which it ends), as does a
+ * fork or vfork child's copy: the exec closes only the copy, and the parent's
+ * connection goes on.
+ *
+ * A failure is logged.
  */
-static void revert_all(int exec)
+static void revert_all(enum revert_why why)
 {
 	int max = uls_fd_max();
 
@@ -1465,7 +1473,7 @@ static void revert_all(int exec)
 		if (!c || c->tp != &uls_fabric_transport || on_tcp(c))
 			continue;
 		int r;
-		if (!exec) {
+		if (why == FOR_FORK) {
 			r = revert_unless_busy(c, fd);
 			/* -EBUSY: a handshake under way, which a child's copy never completes. */
 			if (r == -EBUSY)
@@ -1481,16 +1489,21 @@ static void revert_all(int exec)
 		if (!(fl & FD_CLOEXEC)) {
 			r = fab_revert(c, fd, 2000);
 		} else {
-			if (fab_of(c)->orphan || fab.pid != uls_pid())
+			/* The kernel's pid: a vfork child has the parent's cached one. */
+			if (why == FOR_SPAWN || fab_of(c)->orphan ||
+			    fab.pid != (pid_t)uls_syscall(SYS_getpid))
 				continue;
 			r = revert_unless_busy(c, fd);
+			if (r == -EBUSY) /* a handshake under way: nothing on the fabric yet */
+				continue;
 		}
 		if (r == -EDEADLK)
 			uls_warn("exec: fd=%d is in another thread's call: the exec ends it on the "
 				 "fabric without a FIN (its peer reads ECONNRESET after what came on "
 				 "the fabric)", fd);
 		else if (r < 0)
-			uls_warn("exec: fd=%d could not move back to kernel TCP: %s", fd, strerror(-r));
+			uls_warn("%s: fd=%d could not move back to kernel TCP: %s",
+				 why == FOR_SPAWN ? "posix_spawn" : "exec", fd, strerror(-r));
 	}
 }
 
@@ -1503,20 +1516,23 @@ static void revert_all(int exec)
 static void fab_fork_prepare(void)
 {
 	if (fab.state > 0 && fab.pid == uls_pid())
-		revert_all(0);
+		revert_all(FOR_FORK);
 }
 
 /*
- * Before an exec: the new image cannot take a fabric connection over (its endpoint and
- * state die with this one), so every one it inherits moves back to TCP first; a failure
- * is logged, and that connection is broken for the new program.
+ * Before an exec, or a posix_spawn: the new image cannot take a fabric connection over
+ * (its endpoint and state die with this one), so every one it inherits moves back to TCP
+ * first, and at an exec every one this process owns (revert_all); a failure is logged,
+ * and that connection is broken for the new program.
  */
-static void fab_exec_begin(void)
+static void fab_exec_begin(int spawn)
 {
-	revert_all(1);
+	revert_all(spawn ? FOR_SPAWN : FOR_EXEC);
 	/* The new image has its own endpoint, if any; this one's region name goes now (an
-	 * exec that fails leaves the endpoint to peers that had mapped it already). */
-	fab_shm_unlink();
+	 * exec that fails leaves the endpoint to peers that had mapped it already). After
+	 * posix_spawn this process goes on: its name stays, for peers yet to come. */
+	if (!spawn)
+		fab_shm_unlink();
 }
 
 /*

@@ -290,8 +290,9 @@ int uls_guard_install(uls_sigaction_fn real)
 	return 0;
 }
 
-void uls_guard_exec_begin(void)
+void uls_guard_exec_begin(int spawn)
 {
+	(void)spawn; /* posix_spawn's child takes the disposition from here too */
 	if (!atomic_load(&installed))
 		return;
 	struct sigaction *a = &app_act[atomic_load(&app_cur)];

@@ -58,7 +58,7 @@ static inline int uls_guard_cut_at(const void *base)
  * exec resets handlers to the default but keeps an ignored signal ignored: before exec
  * the program's own SIG_IGN goes back to the kernel; if exec fails the guard returns.
  */
-void uls_guard_exec_begin(void);
+void uls_guard_exec_begin(int spawn);
 void uls_guard_exec_failed(void);
 
 /* The mapping at base is going away: forget it was noted or cut (its address may return). */
