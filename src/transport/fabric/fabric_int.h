@@ -98,6 +98,9 @@ struct fab_conn {
 	int err;              /* after the data: ECONNRESET, ETIMEDOUT */
 	_Atomic uint64_t gen; /* changes with every arrival (epoll's edges) */
 	_Atomic uint64_t tx_short; /* sends that found no room (writable edges, as TCP's) */
+	/* Threads that want the connection's locks to move it back (a fork or exec in
+	 * another thread): a call that waits with nothing done lets go of them (FAB_YIELD). */
+	_Atomic int movers;
 	int orphan;           /* a fork child's copy: the parent owns the fabric side */
 
 	/*

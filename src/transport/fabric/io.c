@@ -34,6 +34,7 @@
 
 #define END_DRAIN_NS 20000000ull
 #define FAB_MOVED (-EXDEV) /* send_fabric: nothing sent, the connection moved back */ /* a FIN the kernel's overtook (9.8) */
+#define FAB_YIELD (-100000) /* nothing done: the locks let go for a mover (f->movers) */
 #define CLOSE_WAIT_MS 100
 #define FLUSH_NS 1000000ull /* progress for posted sends before a wait elsewhere */
 
@@ -639,6 +640,8 @@ static ssize_t recv_waits(struct uls_conn *c, struct fab_conn *f, int fd, struct
 			break;
 		if (nonblock)
 			return done ? (ssize_t)done : -EAGAIN;
+		if (!done && atomic_load(&f->movers))
+			return FAB_YIELD;
 		int r = fab_wait(f, fd, WAIT_RX, deadline, w);
 		if (r < 0)
 			return done ? (ssize_t)done : r;
@@ -646,10 +649,30 @@ static ssize_t recv_waits(struct uls_conn *c, struct fab_conn *f, int fd, struct
 	return (ssize_t)done;
 }
 
+/* A call let go of the connection's locks for a thread that moves it back (a fork or an
+ * exec elsewhere, revert_all): it goes on once that is done, on TCP if it moved. */
+static void movers_wait(struct fab_conn *f)
+{
+	while (atomic_load(&f->movers))
+		uls_libc.poll(NULL, 0, 1);
+}
+
+static ssize_t recv_once(struct uls_conn *c, struct fab_conn *f, int fd, struct msghdr *msg,
+			 int flags);
+
 static ssize_t fab_recv(struct uls_conn *c, int fd, struct msghdr *msg, int flags)
 {
 	struct fab_conn *f = fab_of(c);
+	ssize_t n;
 
+	while ((n = recv_once(c, f, fd, msg, flags)) == FAB_YIELD)
+		movers_wait(f);
+	return n;
+}
+
+static ssize_t recv_once(struct uls_conn *c, struct fab_conn *f, int fd, struct msghdr *msg,
+			 int flags)
+{
 	fab_step(f, fd);
 	if (on_tcp(c) || (flags & MSG_ERRQUEUE))
 		return uls_kernel_transport.recv(c, fd, msg, flags);
@@ -832,6 +855,8 @@ static ssize_t send_waits(struct uls_conn *c, struct fab_conn *f, int fd,
 			break;
 		if (nonblock)
 			return -EAGAIN;
+		if (!sent && atomic_load(&f->movers))
+			return FAB_YIELD;
 		int r = fab_wait(f, fd, WAIT_TX, deadline, w);
 		if (r < 0) {
 			if (sent)
@@ -896,6 +921,10 @@ static ssize_t send_tcp(struct uls_conn *c, struct fab_conn *f, int fd,
 				sent += (size_t)r;
 			break;
 		}
+		if (!sent && atomic_load(&f->movers)) {
+			r = FAB_YIELD;
+			break;
+		}
 		if ((r = fab_wait(f, fd, WAIT_TX_TCP, deadline, &w)) < 0)
 			break;
 	}
@@ -903,10 +932,23 @@ static ssize_t send_tcp(struct uls_conn *c, struct fab_conn *f, int fd,
 	return sent ? (ssize_t)sent : r;
 }
 
+static ssize_t tx_once(struct uls_conn *c, struct fab_conn *f, int fd, const struct iovec *iov,
+		       int iovcnt, int flags);
+
 static ssize_t fab_tx(struct uls_conn *c, int fd, const struct iovec *iov, int iovcnt,
 		      int flags)
 {
 	struct fab_conn *f = fab_of(c);
+	ssize_t n;
+
+	while ((n = tx_once(c, f, fd, iov, iovcnt, flags)) == FAB_YIELD)
+		movers_wait(f);
+	return n;
+}
+
+static ssize_t tx_once(struct uls_conn *c, struct fab_conn *f, int fd, const struct iovec *iov,
+		       int iovcnt, int flags)
+{
 	ssize_t n;
 
 	fab_step(f, fd);
@@ -1423,20 +1465,37 @@ static void fab_atfork_child(void)
 	}
 }
 
-/* Moves a connection back unless another thread holds its locks (a blocked recv, say):
- * then -EDEADLK at once, where waiting could wait for ever. */
-static int revert_unless_busy(struct uls_conn *c, int fd)
+#define MOVER_WAIT_MS 100
+
+/*
+ * Moves a connection back for a fork or an exec. Another thread's call may hold its
+ * locks: one that waits with nothing done lets go of them (FAB_YIELD) and goes on once
+ * this is over, on TCP. One that does not (a send with part of its bytes out, waiting for
+ * window; a MSG_WAITALL recv part full): with bounded, -EDEADLK after MOVER_WAIT_MS;
+ * without, the wait goes on until it returns.
+ */
+static int revert_for(struct uls_conn *c, int fd, int bounded)
 {
 	struct fab_conn *f = fab_of(c);
 	int r = -EDEADLK;
 
-	if (pthread_mutex_trylock(&f->tx_mu) == 0) {
-		if (pthread_mutex_trylock(&f->rx_mu) == 0) {
-			r = on_tcp(c) ? 0 : revert_locked(c, f, fd, 2000);
-			pthread_mutex_unlock(&f->rx_mu);
+	atomic_fetch_add(&f->movers, 1);
+	if (!bounded)
+		r = fab_revert(c, fd, 2000);
+	for (int i = 0; bounded && i <= MOVER_WAIT_MS; i++) {
+		if (pthread_mutex_trylock(&f->tx_mu) == 0) {
+			if (pthread_mutex_trylock(&f->rx_mu) == 0) {
+				r = on_tcp(c) ? 0 : revert_locked(c, f, fd, 2000);
+				pthread_mutex_unlock(&f->rx_mu);
+				pthread_mutex_unlock(&f->tx_mu);
+				break;
+			}
+			pthread_mutex_unlock(&f->tx_mu);
 		}
-		pthread_mutex_unlock(&f->tx_mu);
+		if (i < MOVER_WAIT_MS)
+			uls_libc.poll(NULL, 0, 1);
 	}
+	atomic_fetch_sub(&f->movers, 1);
 	return r;
 }
 
@@ -1445,22 +1504,23 @@ enum revert_why { FOR_FORK, FOR_EXEC, FOR_SPAWN };
 /*
  * Fabric connections among the process's descriptors move back to TCP in place, before:
  *
- * FOR_FORK: all of them, but one whose locks another thread holds at that moment stays
- * the parent's (-EDEADLK).
+ * FOR_FORK: all of them, but one whose locks another thread holds for MOVER_WAIT_MS
+ * (revert_for) stays the parent's (-EDEADLK).
  *
  * FOR_SPAWN (posix_spawn, this process goes on): those the child inherits, each waiting
  * for its locks.
  *
- * FOR_EXEC: those the new image inherits, each waiting for its locks; and the
+ * FOR_EXEC: those the new image inherits, each waiting for its locks as long as it
+ * takes (the new program would read a raw fabric connection's TCP); and the
  * close-on-exec ones, which the exec would end with no FIN on the fabric (the endpoint
  * goes with the image): their peers would read ECONNRESET after the last byte where
  * kernel TCP gives the end of the stream (a Python server's sockets are close-on-exec).
  * Moved back, the exec's close of the kernel socket is the end, and an exec that fails
  * leaves them working, on TCP. The peer answers once it holds every fabric byte (9.10),
- * so the endpoint may go with the image. A close-on-exec one that another thread is
- * blocked on stays (the exec must not wait for that thread, which it ends), as does a
- * fork or vfork child's copy: the exec closes only the copy, and the parent's
- * connection goes on.
+ * so the endpoint may go with the image. A close-on-exec one that another thread holds
+ * for MOVER_WAIT_MS stays (the exec ends that thread: no wait for ever), as does a fork
+ * or vfork child's copy: the exec closes only the copy, and the parent's connection
+ * goes on.
  *
  * A failure is logged.
  */
@@ -1474,7 +1534,7 @@ static void revert_all(enum revert_why why)
 			continue;
 		int r;
 		if (why == FOR_FORK) {
-			r = revert_unless_busy(c, fd);
+			r = revert_for(c, fd, 1);
 			/* -EBUSY: a handshake under way, which a child's copy never completes. */
 			if (r == -EBUSY)
 				continue;
@@ -1487,13 +1547,13 @@ static void revert_all(enum revert_why why)
 		if (fl < 0)
 			continue;
 		if (!(fl & FD_CLOEXEC)) {
-			r = fab_revert(c, fd, 2000);
+			r = revert_for(c, fd, 0);
 		} else {
 			/* The kernel's pid: a vfork child has the parent's cached one. */
 			if (why == FOR_SPAWN || fab_of(c)->orphan ||
 			    fab.pid != (pid_t)uls_syscall(SYS_getpid))
 				continue;
-			r = revert_unless_busy(c, fd);
+			r = revert_for(c, fd, 1);
 			if (r == -EBUSY) /* a handshake under way: nothing on the fabric yet */
 				continue;
 		}
