@@ -495,9 +495,9 @@ static ssize_t tcp_pass(struct uls_conn *c, struct fab_conn *f, int fd, struct m
 			 * lied, its connection reset (no wait on a readable end for ever). What
 			 * came before the end is read first. */
 			pthread_mutex_lock(&fab.mu);
-			if (!fab_wakes_skipped(f, uls_conn_fd(c, fd)))
+			clear = fab_wakes_skipped(f, uls_conn_fd(c, fd));
+			if (!clear)
 				fab_violation(f, "revert: wake-ups missing at the end of TCP");
-			clear = !f->err;
 			pthread_mutex_unlock(&fab.mu);
 			if (!clear)
 				return -ECONNRESET;
