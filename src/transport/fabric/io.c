@@ -468,12 +468,13 @@ static ssize_t fabric_pass(struct fab_conn *f, struct msghdr *msg, size_t done, 
 	return -EAGAIN;
 }
 
-/* TCP's end (or an error) has come on fd, after whatever is still queued before it. */
-static int tcp_ended(int fd)
+/* TCP's end (or an error) has come on fd, after whatever is still queued before it;
+ * waits up to ms for news. */
+static int tcp_ended(int fd, int ms)
 {
 	struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
 
-	return uls_libc.poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+	return uls_libc.poll(&p, 1, ms) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
 /* The TCP part: what is before the peer's switch position; as the kernel's recv. */
@@ -488,9 +489,10 @@ static ssize_t tcp_pass(struct uls_conn *c, struct fab_conn *f, int fd, struct m
 		pthread_mutex_lock(&fab.mu);
 		int clear = fab_wakes_skipped(f, uls_conn_fd(c, fd));
 		pthread_mutex_unlock(&fab.mu);
-		if (!clear && !tcp_ended(uls_conn_fd(c, fd)))
-			return -EAGAIN; /* the peer's data follows wake-up bytes still on their way */
 		if (!clear) {
+			/* The peer's data follows wake-up bytes still on their way. */
+			if (!tcp_ended(uls_conn_fd(c, fd), 0))
+				return -EAGAIN;
 			/* TCP ended before the wake-ups the peer's REVERT counted: a peer that
 			 * lied, its connection reset (no wait on a readable end for ever). What
 			 * came before the end is read first. */
@@ -1237,12 +1239,11 @@ static int revert_locked(struct uls_conn *c, struct fab_conn *f, int fd, int tim
 	 * end or error of TCP before they all came is a reset. */
 	for (int ended = 0; r == 0 && !fab_wakes_skipped(f, uls_conn_fd(c, fd));) {
 		pthread_mutex_unlock(&fab.mu);
-		struct pollfd p = {.fd = uls_conn_fd(c, fd), .events = POLLIN | POLLRDHUP};
 		if (ended)
 			r = -ECONNRESET;
 		else if (uls_now_ns() >= until)
 			r = -ETIMEDOUT;
-		else if (uls_libc.poll(&p, 1, 1) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+		else if (tcp_ended(uls_conn_fd(c, fd), 1))
 			ended = 1; /* what came before the end is read first */
 		pthread_mutex_lock(&fab.mu);
 	}
